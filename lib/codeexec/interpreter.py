@@ -1,0 +1,115 @@
+"""The interpreter, and it is composition rather than implementation: lease a sandbox,
+put the program in it, run it, read back what changed.
+
+It holds no state. The organization is a parameter of every call, passed down from auth
+and never read from a request body: a caller that could name the tenant could run in
+another one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from . import ids
+from .languages import LANGUAGES
+from .sandbox.port import FileInfo, FileNotFound, Sandbox, Sandboxes, SessionNotFound
+from .wire import ExecReply, ExecRequest, FileRef, OutputFile
+
+
+class UnknownLanguage(ValueError):
+    pass
+
+
+def run(sandboxes: Sandboxes, org: str, request: ExecRequest, timeout: float) -> ExecReply:
+    language = LANGUAGES.get(request.lang)
+    if language is None or request.lang not in sandboxes.languages:
+        raise UnknownLanguage(request.lang)
+    with _lease(sandboxes, org, request) as sandbox:
+        notes = _copy_inputs(sandboxes, org, sandbox, request.files)
+        before = _snapshot(sandbox.list_files())
+        result = sandbox.run(language.argv(request.args), {language.source: request.code.encode()}, timeout)
+        written = [f for f in sandbox.list_files() if before.get(f.path) != _stamp(f)]
+    stderr = "".join(f"{note}\n" for note in notes) + result.stderr
+    if result.notes:
+        stderr += ("\n" if stderr and not stderr.endswith("\n") else "") + "\n".join(result.notes) + "\n"
+    return ExecReply(
+        session_id=sandbox.id,
+        stdout=result.stdout,
+        stderr=stderr,
+        files=[_output(sandbox.id, f) for f in sorted(written, key=lambda f: f.path)],
+    )
+
+
+def end(sandboxes: Sandboxes, session_id: str) -> None:
+    """End a session now instead of leaving it to the reaper. Nothing on the API calls
+    this (a session outlives its run: the reply hands back an id the next calls use),
+    but a one-shot caller such as a function invocation is over the moment it answers."""
+    sandboxes.end(session_id)
+
+
+@contextlib.contextmanager
+def _lease(sandboxes: Sandboxes, org: str, request: ExecRequest) -> Iterator[Sandbox]:
+    """The session the run asks for, else the one its files live in (G1 LibreChat sends
+    no top-level session_id), when alive and the caller's; else a new one."""
+    candidates = [request.session_id, *(ref.home_session for ref in request.files)]
+    with contextlib.ExitStack() as stack:
+        yield _enter_first_alive(stack, sandboxes, org, candidates)
+
+
+def _enter_first_alive(
+    stack: contextlib.ExitStack, sandboxes: Sandboxes, org: str, candidates: list[str | None]
+) -> Sandbox:
+    for session_id in dict.fromkeys(c for c in candidates if c):
+        if sandboxes.is_session_id(session_id):
+            with contextlib.suppress(SessionNotFound):
+                return stack.enter_context(sandboxes.open(org, session_id))
+    return stack.enter_context(sandboxes.create(org))
+
+
+def _copy_inputs(sandboxes: Sandboxes, org: str, sandbox: Sandbox, refs: list[FileRef]) -> list[str]:
+    """Bring every input into the run's session. An input that cannot be found is named
+    in the reply, never silently skipped: a missing CSV must not look like an empty one."""
+    notes = []
+    for ref in refs:
+        try:
+            _copy_one(sandboxes, org, sandbox, ref)
+        except (SessionNotFound, FileNotFound, ids.BadFileId):
+            name = ref.name or ref.id
+            notes.append(f'File "{name}" is not available: its session has ended or is not yours.')
+    return notes
+
+
+def _copy_one(sandboxes: Sandboxes, org: str, sandbox: Sandbox, ref: FileRef) -> None:
+    source_path = ids.file_path(ref.id)
+    target_path = ids.upload_name(ref.name) if ref.name else source_path
+    home = ref.home_session
+    if home is None or home == sandbox.id:
+        if target_path != source_path:
+            _copy_file(sandbox, source_path, sandbox, target_path)
+        else:
+            sandbox.open_file(source_path)[0].close()  # present, or FileNotFound
+        return
+    if not sandboxes.is_session_id(home):
+        raise SessionNotFound(home)
+    with sandboxes.open(org, home) as source:
+        _copy_file(source, source_path, sandbox, target_path)
+
+
+def _copy_file(source: Sandbox, source_path: str, target: Sandbox, target_path: str) -> None:
+    reader, _ = source.open_file(source_path)
+    with reader:
+        target.write_file(target_path, reader)
+
+
+def _stamp(f: FileInfo) -> tuple[int, int]:
+    return (f.size, f.mtime_ns)
+
+
+def _snapshot(found: list[FileInfo]) -> dict[str, tuple[int, int]]:
+    return {f.path: _stamp(f) for f in found}
+
+
+def _output(session_id: str, f: FileInfo) -> OutputFile:
+    name = f.path.rsplit("/", 1)[-1]
+    return OutputFile(id=f.path, name=name, session_id=session_id, storage_session_id=session_id)

@@ -1,0 +1,153 @@
+"""The `local` backend: a sandbox is a directory on this host, code runs under bubblewrap.
+
+    SANDBOX_ROOT/<session_id>/
+        lease.json   organization, leased at, TTL (written once, read-only to everyone else)
+        lock         flock: calls hold it shared, ending takes it exclusive
+        data/        the artifact directory, bound at /mnt/data inside the sandbox
+
+The program sees only data/, so it can neither read nor change its own lease. "Last
+touched" is the mtime of lock, which every call that addresses the session updates.
+
+Ending a session is a rename to a tombstone name, then a removal: the rename is atomic,
+so a session is either whole and addressable or gone, never half there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from .. import ids
+from ..languages import LANGUAGES
+from ..settings import Settings
+from . import bwrap, files
+from .port import FileInfo, Lease, RunResult, SessionNotFound
+
+_TOMBSTONE = ".ended-"
+
+
+class LocalSandbox:
+    def __init__(self, session_id: str, path: Path, backend: LocalSandboxes) -> None:
+        self._id = session_id
+        self._data = str(path / "data")
+        self._backend = backend
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    def write_file(self, path: str, data: BinaryIO, limit: int | None = None) -> FileInfo:
+        return files.write_beneath(self._data, path, data, limit, self._backend.sandbox_user)
+
+    def open_file(self, path: str) -> tuple[BinaryIO, FileInfo]:
+        return files.open_beneath(self._data, path)
+
+    def list_files(self) -> list[FileInfo]:
+        return files.list_beneath(self._data)
+
+    def remove_file(self, path: str) -> None:
+        files.remove_beneath(self._data, path)
+
+    def run(self, argv: Sequence[str], program: Mapping[str, bytes], timeout: float) -> RunResult:
+        limits = bwrap.Limits(timeout=timeout, max_output_bytes=self._backend.settings.max_output_bytes)
+        return bwrap.run(self._data, argv, program, limits, self._backend.sandbox_user)
+
+
+class LocalSandboxes:
+    def __init__(self, settings: Settings) -> None:
+        if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+            raise RuntimeError(
+                "SANDBOX_BACKEND=local refuses to run inside AWS Lambda: user code would run "
+                "next to the function's credentials. Use SANDBOX_BACKEND=agentcore."
+            )
+        if shutil.which("bwrap") is None:
+            raise RuntimeError("SANDBOX_BACKEND=local needs bubblewrap: apt-get install bubblewrap")
+        self.settings = settings
+        self.root = settings.sandbox_root
+        # Root hands the program an unprivileged uid; anyone else runs it as themselves.
+        self.sandbox_user = (settings.sandbox_uid, settings.sandbox_gid) if os.geteuid() == 0 else None
+        self.root.mkdir(parents=True, exist_ok=True)
+        # Traversable (bwrap, as the sandbox uid, must reach data/) but not listable.
+        self.root.chmod(0o711)
+        self.languages = frozenset(name for name, lang in LANGUAGES.items() if lang.available())
+
+    def is_session_id(self, session_id: str) -> bool:
+        return ids.is_session_id(session_id)
+
+    @contextlib.contextmanager
+    def create(self, org: str) -> Iterator[LocalSandbox]:
+        session_id = ids.new_session_id()
+        path = self.root / session_id
+        path.mkdir(mode=0o711)
+        data = path / "data"
+        data.mkdir(mode=0o700)
+        if self.sandbox_user:
+            os.chown(data, *self.sandbox_user)
+        lease = {"org": org, "leased_at": time.time(), "ttl_seconds": self.settings.lease_ttl_seconds}
+        (path / "lease.json").write_text(json.dumps(lease))
+        (path / "lease.json").chmod(0o600)
+        (path / "lock").touch(mode=0o600)
+        with self.open(org, session_id) as sandbox:
+            yield sandbox
+
+    @contextlib.contextmanager
+    def open(self, org: str, session_id: str) -> Iterator[LocalSandbox]:
+        if not self.is_session_id(session_id):
+            raise SessionNotFound(session_id)
+        path = self.root / session_id
+        try:
+            lock = os.open(path / "lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise SessionNotFound(session_id) from exc
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            # Re-check under the lock: an ending renamed the directory away while we waited.
+            if not path.is_dir() or self._org_of(path) != org:
+                raise SessionNotFound(session_id)
+            os.utime(lock)  # touch: the idle clock starts again
+            yield LocalSandbox(session_id, path, self)
+        finally:
+            os.close(lock)
+
+    def end(self, session_id: str) -> None:
+        if not self.is_session_id(session_id):
+            return
+        path = self.root / session_id
+        try:
+            lock = os.open(path / "lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            tomb = self.root / f"{_TOMBSTONE}{session_id}"
+            with contextlib.suppress(FileNotFoundError):
+                path.rename(tomb)
+        finally:
+            os.close(lock)
+        shutil.rmtree(tomb, ignore_errors=True)
+
+    def leases(self) -> Iterator[Lease]:
+        for entry in os.scandir(self.root):
+            if not self.is_session_id(entry.name):
+                continue
+            path = Path(entry.path)
+            try:
+                meta = json.loads((path / "lease.json").read_text())
+                touched = (path / "lock").stat().st_mtime
+            except (OSError, ValueError):
+                continue
+            yield Lease(entry.name, meta["org"], meta["leased_at"], meta["ttl_seconds"], touched)
+
+    @staticmethod
+    def _org_of(path: Path) -> str | None:
+        try:
+            return str(json.loads((path / "lease.json").read_text())["org"])
+        except (OSError, ValueError, KeyError):
+            return None

@@ -1,0 +1,34 @@
+"""The embedded server: the app under uvicorn on loopback, with the `local` backend.
+
+    python -m codeexec.server        (what `make serve` runs)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+
+import uvicorn
+from pydantic import SecretStr
+
+from .app import create_app
+from .settings import Settings
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = Settings()
+    if settings.code_exec_api_key is None:
+        # A new user can call the service at once; a deployment sets its own key.
+        key = secrets.token_urlsafe(24)
+        print(f"CODE_EXEC_API_KEY was not set; this run's key is: {key}", flush=True)
+        settings = Settings(code_exec_api_key=SecretStr(key))
+    host = os.environ.get("HOST", "127.0.0.1")
+    port = int(os.environ.get("PORT", "8000"))
+    print(f"Code interpreter on http://{host}:{port}/v1 (backend: {settings.sandbox_backend})", flush=True)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
+if __name__ == "__main__":
+    main()
