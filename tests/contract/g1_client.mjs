@@ -93,10 +93,13 @@ process.chdir(emptyDir);
 let agents;
 try {
   agents = await import('@librechat/agents');
+} catch (e) {
+  agents = e;
 } finally {
   process.chdir(cwd);
   rmSync(emptyDir, { recursive: true, force: true });
 }
+if (agents instanceof Error) fail(agents);
 const { createCodeExecutionTool, Constants } = agents;
 const TOOL_NAME = Constants.EXECUTE_CODE; // 'execute_code'
 const pkgVersion = JSON.parse(readFileSync(
@@ -131,46 +134,50 @@ const refsFrom = (artifact) =>
 
 const readCode = "print(open('out.txt').read())";
 
-// (a) first run: print a token and write out.txt into the working dir.
-const tool1 = createCodeExecutionTool({ LIBRECHAT_CODE_API_KEY: API_KEY, user_id: USER_ID });
-const first = await invoke(tool1, {
-  lang: 'py',
-  code: `print(${JSON.stringify(tokenStdout)})\nwith open('out.txt', 'w') as f:\n    f.write(${JSON.stringify(tokenFile)})\n`,
-});
-const refs = refsFrom(first.artifact);
+try {
+  // (a) first run: print a token and write out.txt into the working dir.
+  const tool1 = createCodeExecutionTool({ LIBRECHAT_CODE_API_KEY: API_KEY, user_id: USER_ID });
+  const first = await invoke(tool1, {
+    lang: 'py',
+    code: `print(${JSON.stringify(tokenStdout)})\nwith open('out.txt', 'w') as f:\n    f.write(${JSON.stringify(tokenFile)})\n`,
+  });
+  const refs = refsFrom(first.artifact);
 
-// (c) second tool instance, the way LibreChat primes files across turns.
-const tool2 = createCodeExecutionTool({ LIBRECHAT_CODE_API_KEY: API_KEY, user_id: USER_ID, files: refs });
-const second = { files_passed: refs, ...(await invoke(tool2, { lang: 'py', code: readCode })) };
+  // (c) second tool instance, the way LibreChat primes files across turns.
+  const tool2 = createCodeExecutionTool({ LIBRECHAT_CODE_API_KEY: API_KEY, user_id: USER_ID, files: refs });
+  const second = { files_passed: refs, ...(await invoke(tool2, { lang: 'py', code: readCode })) };
 
-// Same-run path: ToolNode injects session_id + _injected_files into the ToolCall.
-const injected = {
-  files_passed: refs,
-  ...(await invoke(tool1, { lang: 'py', code: readCode }, {
+  // Same-run path: ToolNode injects session_id + _injected_files into the ToolCall.
+  const injected = {
+    files_passed: refs,
+    ...(await invoke(tool1, { lang: 'py', code: readCode }, {
+      session_id: first.artifact?.session_id,
+      _injected_files: refs,
+    })),
+  };
+
+  // Informational: ToolNode with a session but no tracked files -> the client's
+  // GET /files/{sid}?detail=full fallback. Recorded, never fatal.
+  const sessionOnly = await invokeCaught(tool1, { lang: 'py', code: readCode }, {
     session_id: first.artifact?.session_id,
-    _injected_files: refs,
-  })),
-};
+  });
 
-// Informational: ToolNode with a session but no tracked files -> the client's
-// GET /files/{sid}?detail=full fallback. Recorded, never fatal.
-const sessionOnly = await invokeCaught(tool1, { lang: 'py', code: readCode }, {
-  session_id: first.artifact?.session_id,
-});
+  // Wrong key: the client must throw 'Execution error: ... status: 401'.
+  const badTool = createCodeExecutionTool({ LIBRECHAT_CODE_API_KEY: `${API_KEY}-wrong`, user_id: USER_ID });
+  const badKey = await invokeCaught(badTool, { lang: 'py', code: "print('should not run')" });
 
-// Wrong key: the client must throw 'Execution error: ... status: 401'.
-const badTool = createCodeExecutionTool({ LIBRECHAT_CODE_API_KEY: `${API_KEY}-wrong`, user_id: USER_ID });
-const badKey = await invokeCaught(badTool, { lang: 'py', code: "print('should not run')" });
-
-clearTimeout(watchdog);
-process.stdout.write(JSON.stringify({
-  client: { package: '@librechat/agents', version: pkgVersion, tool_name: TOOL_NAME },
-  base_url: BASEURL,
-  user_id: USER_ID,
-  tokens: { stdout: tokenStdout, file: tokenFile },
-  first,
-  second,
-  injected,
-  session_only: sessionOnly,
-  bad_key: badKey,
-}) + '\n');
+  clearTimeout(watchdog);
+  process.stdout.write(JSON.stringify({
+    client: { package: '@librechat/agents', version: pkgVersion, tool_name: TOOL_NAME },
+    base_url: BASEURL,
+    user_id: USER_ID,
+    tokens: { stdout: tokenStdout, file: tokenFile },
+    first,
+    second,
+    injected,
+    session_only: sessionOnly,
+    bad_key: badKey,
+  }) + '\n');
+} catch (e) {
+  fail(e);
+}

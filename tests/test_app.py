@@ -1,0 +1,215 @@
+"""The four routes through the app, emulating LibreChat's own file calls (G1)."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from .conftest import API_KEY
+
+
+def run(client: TestClient, code: str, lang: str = "py", **extra: object) -> dict:
+    reply = client.post("/v1/exec", json={"lang": lang, "code": code, **extra})
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def upload(client: TestClient, name: str, data: bytes, **params: str) -> dict:
+    # LibreChat's order: entity_id first, then the file part.
+    reply = client.post("/v1/upload", data={"entity_id": "asst_1"}, files={"file": (name, data)}, params=params)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def test_health_needs_no_key(app) -> None:
+    reply = TestClient(app).get("/health")
+    assert reply.status_code == 200
+    assert {"py", "js", "bash"} <= set(reply.json()["languages"])
+
+
+def test_exec_prints_and_reports_written_files(client: TestClient) -> None:
+    body = run(client, "print('token-42')\nopen('out.txt', 'w').write('hi')")
+    assert body["stdout"] == "token-42\n"
+    assert body["stderr"] == ""
+    session = body["session_id"]
+    assert len(session) == 21
+    assert body["files"] == [{"id": "out.txt", "name": "out.txt", "session_id": session, "storage_session_id": session}]
+    download = client.get(f"/v1/download/{session}/out.txt")
+    assert download.content == b"hi"
+
+
+def test_js_and_bash_run(client: TestClient) -> None:
+    assert run(client, "console.log(6 * 7)", lang="js")["stdout"] == "42\n"
+    assert run(client, 'echo "$1-$2"', lang="bash", args=["a", "b"])["stdout"] == "a-b\n"
+
+
+def test_args_may_be_one_string(client: TestClient) -> None:
+    assert run(client, "import sys; print(sys.argv[1:])", args="--flag")["stdout"] == "['--flag']\n"
+
+
+def test_failed_program_is_a_200_with_stderr(client: TestClient) -> None:
+    body = run(client, "raise SystemExit('boom')")
+    assert body["stdout"] == ""
+    assert "boom" in body["stderr"]
+
+
+def test_program_runs_in_mnt_data_and_source_is_not_an_output(client: TestClient) -> None:
+    body = run(client, "import os; print(os.getcwd()); print(sorted(os.listdir('.')))")
+    assert body["stdout"] == "/mnt/data\n[]\n"
+    assert body["files"] == []
+
+
+def test_unknown_language_is_a_400(client: TestClient) -> None:
+    reply = client.post("/v1/exec", json={"lang": "cobol", "code": "x"})
+    assert reply.status_code == 400
+    assert "cobol" in reply.json()["details"]
+
+
+def test_malformed_exec_is_a_400_without_echoing_the_body(client: TestClient) -> None:
+    reply = client.post("/v1/exec", json={"code": "secret-code-text"})
+    assert reply.status_code == 400
+    assert reply.json()["error"] == "Bad request"
+    assert "secret-code-text" not in reply.text
+
+
+def test_librechat_upload_list_exec_download(client: TestClient) -> None:
+    up = upload(client, "data.csv", b"a,b\n1,2\n3,4\n")
+    assert up["message"] == "success"
+    session, file_id = up["session_id"], up["files"][0]["fileId"]
+    assert up["files"] == [{"fileId": "data.csv", "filename": "data.csv"}]
+
+    listing = client.get(f"/v1/files/{session}", params={"detail": "summary"}).json()
+    assert isinstance(listing, list)
+    assert listing[0]["name"].startswith(f"{session}/{file_id}")
+    assert listing[0]["lastModified"].endswith("Z") and listing[0]["size"] == 12
+
+    code = "print(open('data.csv').read().count('\\n'))"
+    for spelling in ("session_id", "storage_session_id"):
+        ref = {"id": file_id, "name": "data.csv", spelling: session}
+        body = run(client, code, files=[ref])
+        assert body["stdout"] == "3\n", spelling
+        assert body["stderr"] == ""
+        assert body["files"] == []  # an unchanged input is not an output
+
+    download = client.get(f"/v1/download/{session}/{file_id}", params={"entity_id": "asst_1"})
+    assert download.status_code == 200
+    assert download.content == b"a,b\n1,2\n3,4\n"
+    assert download.headers["content-type"].startswith("text/csv")
+    assert download.headers["content-length"] == "12"
+    assert download.headers["content-disposition"] == 'attachment; filename="data.csv"'
+
+
+def test_inputs_are_copied_into_the_run_session(client: TestClient) -> None:
+    first = upload(client, "a.txt", b"from-a")
+    other = run(client, "print('new session')")
+    body = run(
+        client,
+        "print(open('a.txt').read())",
+        session_id=other["session_id"],
+        files=[{"id": "a.txt", "name": "a.txt", "session_id": first["session_id"]}],
+    )
+    assert body["session_id"] == other["session_id"]
+    assert body["stdout"] == "from-a\n"
+
+
+def test_missing_input_is_named_and_the_run_still_happens(client: TestClient) -> None:
+    ref = {"id": "gone.csv", "name": "gone.csv", "session_id": "AAAAAAAAAAAAAAAAAAAAA"}
+    body = run(client, "print('ran')", files=[ref])
+    assert body["stdout"] == "ran\n"
+    assert 'File "gone.csv" is not available' in body["stderr"]
+
+
+def test_listing_details(client: TestClient) -> None:
+    body = run(client, "import os; os.mkdir('plots'); open('plots/a.png','wb').write(b'x')")
+    session = body["session_id"]
+    assert body["files"][0]["id"] == "plots/a.png" and body["files"][0]["name"] == "a.png"
+    assert client.get(f"/v1/files/{session}").json() == [f"{session}/plots/a.png"]
+    full = client.get(f"/v1/files/{session}", params={"detail": "full"}).json()
+    assert full[0]["contentType"] == "image/png"
+    assert full[0]["metadata"] == {"content-type": "image/png", "original-filename": "a.png"}
+    assert client.get(f"/v1/download/{session}/plots/a.png").content == b"x"
+
+
+def test_delete_one_file(client: TestClient) -> None:
+    session = upload(client, "x.txt", b"x")["session_id"]
+    assert client.delete(f"/v1/files/{session}/x.txt").status_code == 200
+    assert client.get(f"/v1/download/{session}/x.txt").status_code == 404
+    assert client.delete(f"/v1/files/{session}/x.txt").status_code == 404
+
+
+def test_upload_into_a_named_session(client: TestClient) -> None:
+    session = upload(client, "one.txt", b"1")["session_id"]
+    assert upload(client, "two.txt", b"2", session_id=session)["session_id"] == session
+    assert sorted(client.get(f"/v1/files/{session}").json()) == [f"{session}/one.txt", f"{session}/two.txt"]
+
+
+def test_upload_filename_is_cut_to_a_flat_name(client: TestClient) -> None:
+    up = upload(client, "../../etc/evil.txt", b"x")
+    assert up["files"][0]["fileId"] == "evil.txt"
+
+
+def test_upload_too_large_is_a_413_and_leaves_nothing(client: TestClient, settings) -> None:
+    big = b"x" * (settings.max_upload_bytes + 1)
+    session = upload(client, "keep.txt", b"k")["session_id"]
+    reply = client.post("/v1/upload", files={"file": ("big.bin", big)}, params={"session_id": session})
+    assert reply.status_code == 413
+    assert reply.json()["error"] == "Payload too large"
+    assert client.get(f"/v1/files/{session}").json() == [f"{session}/keep.txt"]
+
+
+def test_unknown_session_is_a_404_everywhere(client: TestClient) -> None:
+    unknown = "AAAAAAAAAAAAAAAAAAAAA"
+    for reply in (
+        client.get(f"/v1/files/{unknown}", params={"detail": "summary"}),
+        client.get(f"/v1/download/{unknown}/x.txt"),
+        client.delete(f"/v1/files/{unknown}/x.txt"),
+        client.post("/v1/upload", files={"file": ("a", b"a")}, params={"session_id": unknown}),
+    ):
+        assert reply.status_code == 404, reply.url
+        assert reply.json()["error"] in ("Session not found", "File not found")
+
+
+def test_malformed_session_id_never_reaches_the_filesystem(client: TestClient) -> None:
+    for bad in ("..", "short", "A" * 22, "AAAAAAAAAAAAAAAAAAA%2E%2E"):
+        reply = client.get(f"/v1/files/{bad}")
+        assert reply.status_code == 404, bad
+
+
+def test_download_ids_that_escape_are_refused(client: TestClient) -> None:
+    session = run(client, "import os; os.symlink('/etc/passwd', 'link')")["session_id"]
+    for bad in ("link", "..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "a%00b"):
+        reply = client.get(f"/v1/download/{session}/{bad}")
+        assert reply.status_code in (400, 404), bad
+        assert b"root:" not in reply.content
+
+
+def test_auth_fails_closed(settings, sandbox_root) -> None:
+    from codeexec.app import create_app
+
+    open_app = create_app(settings.model_copy(update={"code_exec_api_key": None}))
+    reply = TestClient(open_app).post("/v1/exec", json={"lang": "py", "code": "print(1)"}, headers={"X-API-Key": ""})
+    assert reply.status_code == 401
+    assert TestClient(open_app).get("/health").status_code == 200
+
+
+def test_missing_or_wrong_key_is_a_401(app) -> None:
+    anonymous = TestClient(app)
+    assert anonymous.post("/v1/exec", json={"lang": "py", "code": "1"}).status_code == 401
+    wrong = anonymous.get("/v1/files/AAAAAAAAAAAAAAAAAAAAA", headers={"X-API-Key": API_KEY + "x"})
+    assert wrong.status_code == 401
+    assert wrong.json()["error"] == "Unauthorized"
+
+
+def test_another_orgs_session_is_a_404(settings, sandbox_root, client: TestClient) -> None:
+    from codeexec.app import create_app
+
+    session = upload(client, "mine.txt", b"secret")["session_id"]
+    other = TestClient(
+        create_app(settings.model_copy(update={"code_exec_org": "other-org"})), headers={"X-API-Key": API_KEY}
+    )
+    assert other.get(f"/v1/files/{session}").status_code == 404
+    assert other.get(f"/v1/download/{session}/mine.txt").status_code == 404
+    body = other.post("/v1/exec", json={"lang": "py", "code": "print(1)", "session_id": session}).json()
+    assert body["session_id"] != session
+    ref = {"id": "mine.txt", "session_id": session}
+    body = other.post("/v1/exec", json={"lang": "py", "code": "print(1)", "files": [ref]}).json()
+    assert "is not available" in body["stderr"]
