@@ -85,10 +85,12 @@ def _copy_one(sandboxes: Sandboxes, org: str, sandbox: Sandbox, ref: FileRef) ->
     target_path = ids.upload_name(ref.name) if ref.name else source_path
     home = ref.home_session
     if home is None or home == sandbox.id:
-        if target_path != source_path:
-            _copy_file(sandbox, source_path, sandbox, target_path)
-        else:
-            sandbox.open_file(source_path)[0].close()  # present, or FileNotFound
+        # Already in place. Some clients rebuild the id from a listing and strip its
+        # extension (3.1.x: id "out" for "out.txt"), so the name counts as much as the id.
+        with contextlib.suppress(FileNotFound):
+            sandbox.open_file(target_path)[0].close()
+            return
+        _copy_file(sandbox, source_path, sandbox, target_path)
         return
     if not sandboxes.is_session_id(home):
         raise SessionNotFound(home)

@@ -1,4 +1,5 @@
-"""The embedded server: the app under uvicorn on loopback, with the `local` backend.
+"""The embedded server: the app under uvicorn on loopback, with the `local` backend, and
+the reaper on a timer in-process (on Lambda, an EventBridge schedule runs it instead).
 
     python -m codeexec.server        (what `make serve` runs)
 """
@@ -8,12 +9,17 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import threading
 
 import uvicorn
 from pydantic import SecretStr
 
 from .app import create_app
+from .reaper import reap
+from .sandbox.port import Sandboxes
 from .settings import Settings
+
+log = logging.getLogger("codeexec.server")
 
 
 def main() -> None:
@@ -26,8 +32,25 @@ def main() -> None:
         settings = Settings(code_exec_api_key=SecretStr(key))
     host = os.environ.get("HOST", "127.0.0.1")
     port = int(os.environ.get("PORT", "8000"))
+    app = create_app(settings)
+    start_reaper(app.state.service.sandboxes, settings)
     print(f"Code interpreter on http://{host}:{port}/v1 (backend: {settings.sandbox_backend})", flush=True)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+def start_reaper(sandboxes: Sandboxes, settings: Settings) -> threading.Event:
+    """Reap every REAP_INTERVAL_SECONDS in a daemon thread; set the event to stop it."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(settings.reap_interval_seconds):
+            try:
+                reap(sandboxes, settings.idle_timeout_seconds)
+            except Exception:  # one failed pass must not end the timer
+                log.exception("reaper pass failed")
+
+    threading.Thread(target=loop, name="reaper", daemon=True).start()
+    return stop
 
 
 if __name__ == "__main__":

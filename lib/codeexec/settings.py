@@ -31,6 +31,8 @@ class Settings(BaseSettings):
 
     lease_ttl_seconds: int = 86_400  # LibreChat re-uploads files older than 23 hours
     idle_timeout_seconds: int = 3_600
+    # How often the embedded server's reaper runs (on Lambda, the schedule decides).
+    reap_interval_seconds: float = 60.0
 
     run_timeout_seconds: float = 30.0
     max_output_bytes: int = 1_048_576  # each of stdout and stderr

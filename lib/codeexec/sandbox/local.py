@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -109,7 +109,8 @@ class LocalSandboxes:
         try:
             fcntl.flock(lock, fcntl.LOCK_SH)
             # Re-check under the lock: an ending renamed the directory away while we waited.
-            if not path.is_dir() or self._org_of(path) != org:
+            lease = self._lease_of(session_id, path)
+            if lease is None or lease.org != org:
                 raise SessionNotFound(session_id)
             os.utime(lock)  # touch: the idle clock starts again
             yield LocalSandbox(session_id, path, self)
@@ -117,37 +118,57 @@ class LocalSandboxes:
             os.close(lock)
 
     def end(self, session_id: str) -> None:
+        self._end(session_id, fcntl.LOCK_EX, lambda lease: True)
+
+    def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
+        # Never waits: a session some call holds is busy, and the next pass tries again.
+        return self._end(session_id, fcntl.LOCK_EX | fcntl.LOCK_NB, still_due)
+
+    def _end(self, session_id: str, lock_mode: int, still_due: Callable[[Lease], bool]) -> bool:
+        """The ending protocol. Calls hold the session's lock shared for their whole
+        length; ending takes it exclusive, re-reads the lease (a call may have touched it
+        since the reaper looked), and renames the directory to a tombstone before letting
+        go. A call that was waiting for the lock then finds the directory gone and
+        answers 404, so nothing writes into or resurrects an ending session. The removal
+        itself happens after the lock, on the tombstone; a removal that failed halfway is
+        finished by the next `leases()` pass."""
         if not self.is_session_id(session_id):
-            return
+            return False
         path = self.root / session_id
         try:
             lock = os.open(path / "lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return
+            return False
+        tomb = self.root / f"{_TOMBSTONE}{session_id}"
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            tomb = self.root / f"{_TOMBSTONE}{session_id}"
-            with contextlib.suppress(FileNotFoundError):
-                path.rename(tomb)
+            try:
+                fcntl.flock(lock, lock_mode)
+            except BlockingIOError:
+                return False
+            lease = self._lease_of(session_id, path)
+            if lease is None or not still_due(lease):
+                return False
+            path.rename(tomb)
         finally:
             os.close(lock)
         shutil.rmtree(tomb, ignore_errors=True)
+        return True
 
     def leases(self) -> Iterator[Lease]:
         for entry in os.scandir(self.root):
-            if not self.is_session_id(entry.name):
-                continue
-            path = Path(entry.path)
-            try:
-                meta = json.loads((path / "lease.json").read_text())
-                touched = (path / "lock").stat().st_mtime
-            except (OSError, ValueError):
-                continue
-            yield Lease(entry.name, meta["org"], meta["leased_at"], meta["ttl_seconds"], touched)
+            if entry.name.startswith(_TOMBSTONE):
+                shutil.rmtree(entry.path, ignore_errors=True)  # an ending that did not finish
+            elif self.is_session_id(entry.name):
+                lease = self._lease_of(entry.name, Path(entry.path))
+                if lease is not None:
+                    yield lease
 
     @staticmethod
-    def _org_of(path: Path) -> str | None:
+    def _lease_of(session_id: str, path: Path) -> Lease | None:
         try:
-            return str(json.loads((path / "lease.json").read_text())["org"])
+            meta = json.loads((path / "lease.json").read_text())
+            touched = (path / "lock").stat().st_mtime
+            return Lease(session_id, meta["org"], meta["leased_at"], meta["ttl_seconds"], touched)
         except (OSError, ValueError, KeyError):
             return None
+

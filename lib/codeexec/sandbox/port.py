@@ -11,7 +11,7 @@ to follow a symlink out of the directory, because a program can make one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
@@ -115,6 +115,11 @@ class Sandboxes(Protocol):
 
     def end(self, session_id: str) -> None:
         """End a sandbox now (for one-shot callers); ending an ended one is a no-op."""
+
+    def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
+        """For the reaper: end the sandbox only if no call is using it and `still_due`
+        holds for its lease as it is now. Never waits for a busy sandbox. Returns whether
+        it ended."""
 
     def leases(self) -> Iterator[Lease]:
         """Every lease this backend holds, for the reaper."""

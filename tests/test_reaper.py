@@ -1,0 +1,172 @@
+"""Leases, touch and the reaper, with an injectable clock."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fastapi.testclient import TestClient
+
+from codeexec import interpreter
+from codeexec.reaper import reap
+from codeexec.sandbox.local import LocalSandboxes
+from codeexec.sandbox.port import SessionNotFound
+from codeexec.server import start_reaper
+from codeexec.settings import Settings
+from codeexec.wire import ExecRequest
+
+HOUR = 3600.0
+
+
+@pytest.fixture
+def sandboxes(settings: Settings) -> LocalSandboxes:
+    return LocalSandboxes(settings.model_copy(update={"lease_ttl_seconds": 10 * HOUR}))
+
+
+def new_session(sandboxes: LocalSandboxes, org: str = "default") -> str:
+    with sandboxes.create(org) as sandbox:
+        return sandbox.id
+
+
+def alive(sandboxes: LocalSandboxes, session_id: str) -> bool:
+    try:
+        with sandboxes.open("default", session_id):
+            return True
+    except SessionNotFound:
+        return False
+
+
+def test_lease_records_org_time_and_ttl(sandboxes: LocalSandboxes) -> None:
+    before = time.time()
+    session = new_session(sandboxes, org="acme")
+    [lease] = list(sandboxes.leases())
+    assert (lease.session_id, lease.org, lease.ttl_seconds) == (session, "acme", 10 * HOUR)
+    assert before <= lease.leased_at <= lease.touched_at <= time.time()
+
+
+def test_lease_past_its_ttl_is_ended(sandboxes: LocalSandboxes) -> None:
+    session = new_session(sandboxes)
+    # Touched a moment ago, so only the TTL clock can end it.
+    report = reap(sandboxes, idle_timeout=100 * HOUR, clock=lambda: time.time() + 10 * HOUR + 1)
+    assert report.as_dict() == {"seen": 1, "ended": 1, "skipped": 0, "failed": 0}
+    assert not alive(sandboxes, session)
+
+
+def test_idle_lease_is_ended_and_a_touched_one_survives(sandboxes: LocalSandboxes) -> None:
+    idle, touched = new_session(sandboxes), new_session(sandboxes)
+    later = time.time() + HOUR
+    # Backdate both, then touch one by addressing it, as every call does.
+    for session in (idle, touched):
+        lock = sandboxes.root / session / "lock"
+        past = time.time() - 2 * HOUR
+        os.utime(lock, (past, past))
+    assert alive(sandboxes, touched)
+    report = reap(sandboxes, idle_timeout=HOUR + 60, clock=lambda: later)
+    assert report.ended == 1
+    assert not alive(sandboxes, idle)
+    assert alive(sandboxes, touched)
+
+
+def test_a_session_in_a_long_run_is_not_ended(sandboxes: LocalSandboxes) -> None:
+    session = new_session(sandboxes)
+    started, release = threading.Event(), threading.Event()
+
+    def long_call() -> None:
+        with sandboxes.open("default", session):
+            started.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=long_call)
+    worker.start()
+    started.wait(10)
+    far = lambda: time.time() + 100 * HOUR  # noqa: E731 - every clock says it is due
+    report = reap(sandboxes, idle_timeout=HOUR, clock=far)
+    assert (report.ended, report.skipped) == (0, 1)
+    release.set()
+    worker.join()
+    assert reap(sandboxes, idle_timeout=HOUR, clock=far).ended == 1
+
+
+def test_a_real_run_holds_its_session(sandboxes: LocalSandboxes, settings: Settings) -> None:
+    session = new_session(sandboxes)
+    request = ExecRequest(lang="bash", code="sleep 1.5; echo done > done.txt", session_id=session)
+    with ThreadPoolExecutor(1) as pool:
+        reply = pool.submit(interpreter.run, sandboxes, "default", request, 20)
+        time.sleep(0.5)
+        report = reap(sandboxes, idle_timeout=0, clock=lambda: time.time() + 100 * HOUR)
+        assert reply.result().files[0].id == "done.txt"
+    assert report.skipped == 1
+    assert report.ended == 0
+
+
+def test_an_ended_session_is_a_404_and_a_run_naming_it_gets_a_new_one(client: TestClient, app) -> None:
+    up = client.post("/v1/upload", files={"file": ("a.txt", b"a")}).json()
+    session = up["session_id"]
+    interpreter.end(app.state.service.sandboxes, session)
+    assert client.get(f"/v1/files/{session}").status_code == 404
+    assert client.get(f"/v1/download/{session}/a.txt").status_code == 404
+    assert client.delete(f"/v1/files/{session}/a.txt").status_code == 404
+    upload = client.post("/v1/upload", files={"file": ("b.txt", b"b")}, params={"session_id": session})
+    assert upload.status_code == 404
+    body = client.post("/v1/exec", json={"lang": "py", "code": "print(1)", "session_id": session}).json()
+    assert body["session_id"] != session
+    assert body["stdout"] == "1\n"
+
+
+def test_ending_twice_and_ending_nonsense_are_harmless(sandboxes: LocalSandboxes) -> None:
+    session = new_session(sandboxes)
+    sandboxes.end(session)
+    sandboxes.end(session)
+    sandboxes.end("../../etc")
+    assert list(sandboxes.leases()) == []
+
+
+def test_an_ending_that_failed_halfway_is_finished_next_pass(sandboxes: LocalSandboxes) -> None:
+    session = new_session(sandboxes)
+    # What a crash between the rename and the removal leaves behind.
+    tomb = sandboxes.root / f".ended-{session}"
+    (sandboxes.root / session).rename(tomb)
+    assert reap(sandboxes, idle_timeout=HOUR).seen == 0
+    assert not tomb.exists()
+
+
+def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> None:
+    doomed = [new_session(sandboxes) for _ in range(10)]
+    for session in doomed:
+        past = time.time() - 2 * HOUR
+        os.utime(sandboxes.root / session / "lock", (past, past))
+
+    def one_run(i: int) -> tuple[str, str, list[str]]:
+        request = ExecRequest(lang="py", code=f"open('f{i}.txt','w').write('{i}')\nprint({i})")
+        reply = interpreter.run(sandboxes, "default", request, 20)
+        return reply.session_id, reply.stdout, [f.id for f in reply.files]
+
+    with ThreadPoolExecutor(8) as pool:
+        runs = [pool.submit(one_run, i) for i in range(20)]
+        reports = [reap(sandboxes, idle_timeout=HOUR) for _ in range(3)]
+        results = [r.result() for r in runs]
+    assert sum(r.ended for r in reports) == 10
+    assert sum(r.failed for r in reports) == 0
+    for i, (session, stdout, files) in enumerate(results):
+        assert stdout == f"{i}\n" and files == [f"f{i}.txt"]
+        with sandboxes.open("default", session) as sandbox:
+            reader, _ = sandbox.open_file(f"f{i}.txt")
+            assert reader.read() == str(i).encode()
+    assert not any(alive(sandboxes, s) for s in doomed)
+
+
+def test_embedded_server_reaps_on_a_timer(settings: Settings) -> None:
+    quick = settings.model_copy(update={"reap_interval_seconds": 0.05, "idle_timeout_seconds": 0})
+    sandboxes = LocalSandboxes(quick)
+    session = new_session(sandboxes)
+    stop = start_reaper(sandboxes, quick)
+    try:
+        deadline = time.monotonic() + 10
+        while alive(sandboxes, session) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+    assert list(sandboxes.leases()) == []
