@@ -1,0 +1,55 @@
+"""Contract: the REAL @librechat/agents 3.1.63 code tool (X-API-Key) against the service on
+loopback, then LibreChat's own download of what the run wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from .conftest import API_KEY
+
+CLIENT = Path(__file__).parent / "contract" / "g1_client.mjs"
+
+
+def drive_client(base_url: str, api_key: str) -> dict:
+    assert (CLIENT.parent / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
+    env = {"PATH": os.environ["PATH"], "LIBRECHAT_CODE_BASEURL": base_url, "LIBRECHAT_CODE_API_KEY": api_key}
+    done = subprocess.run(["node", str(CLIENT)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_g1_client_runs_writes_downloads_and_reads_back(live_server: str) -> None:
+    result = drive_client(live_server, API_KEY)
+    assert result["client"]["version"] == "3.1.63"
+    token, file_token = result["tokens"]["stdout"], result["tokens"]["file"]
+
+    first = result["first"]
+    assert first["status"] == "success"
+    assert first["content"].startswith(f"stdout:\n{token}\n")
+    assert "- /mnt/data/out.txt | File is already downloaded by the user" in first["content"]
+    session = first["artifact"]["session_id"]
+    assert [f["id"] for f in first["artifact"]["files"]] == ["out.txt"]
+
+    # What LibreChat's processCodeOutput does next: download each generated file.
+    download = httpx.get(
+        f"{live_server}/download/{session}/out.txt",
+        headers={"X-API-Key": API_KEY, "User-Agent": "LibreChat/1.0"},
+        params={"entity_id": "asst_1"},
+    )
+    assert download.status_code == 200
+    assert download.text == file_token
+    assert download.headers["content-disposition"] == 'attachment; filename="out.txt"'
+
+    # A later turn: the client injects the first run's file, and the run reads it.
+    for later in ("second", "injected", "session_only"):
+        assert result[later]["content"] == f"stdout:\n{file_token}", later
+        assert result[later]["artifact"]["session_id"] == session, later
+
+    # The same client with a wrong key: the service's 401 surfaces as the client's error.
+    assert result["bad_key"]["threw"] is True
+    assert result["bad_key"]["error"].endswith("HTTP error! status: 401")
