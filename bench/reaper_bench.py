@@ -1,0 +1,44 @@
+"""One reaper pass over 10,000 leases on the `local` backend: figures, not a test.
+
+    .venv/bin/python bench/reaper_bench.py [--leases N]
+
+Prints the time of a pass that ends nothing (every lease is read and kept) and of a pass
+that ends every lease, per lease and in total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from codeexec.reaper import reap
+from codeexec.sandbox.local import LocalSandboxes
+from codeexec.settings import Settings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--leases", type=int, default=10_000)
+    count = parser.parse_args().leases
+    root = Path(tempfile.mkdtemp(prefix="codeexec-bench-", dir="/var/tmp"))
+    try:
+        sandboxes = LocalSandboxes(Settings(sandbox_root=root))
+        started = time.perf_counter()
+        for _ in range(count):
+            with sandboxes.create("default"):
+                pass
+        print(f"created {count} leases in {time.perf_counter() - started:.2f} s")
+        for label, clock in (("keeps all", time.time), ("ends all", lambda: time.time() + 10 * 86_400)):
+            started = time.perf_counter()
+            report = reap(sandboxes, idle_timeout=3_600, clock=clock)
+            took = time.perf_counter() - started
+            print(f"reaper pass, {label:9}: {took:6.2f} s  {took / count * 1e6:7.1f} us/lease  {report.as_dict()}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
