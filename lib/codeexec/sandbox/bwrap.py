@@ -1,25 +1,36 @@
-"""Running one program under bubblewrap, with its output bounded and its time limited.
+"""Running one program under bubblewrap, confined, limited, and with its output bounded.
 
-The program gets fresh namespaces (no network at all, not even loopback: the service's
-own port is unreachable), the host's toolchains read-only, a private /tmp, its session's
-directory at /mnt/data, and an environment built from nothing. When the service runs as
-root, bwrap itself is started as an unprivileged host uid, so even a file the sandbox
-can see is checked against that uid, never root's.
+Isolation: fresh user, PID, IPC, UTS, mount, cgroup and network namespaces (no network
+at all, not even loopback: the service's own port is unreachable); the host's toolchains
+read-only (/usr and a short /etc allow-list) and nothing else of the host: no /home,
+/root, /var, no other session; a private /tmp; the session's directory at /mnt/data; an
+environment built from nothing; no capabilities, no_new_privs (bwrap sets it), and a
+seccomp filter (seccomp.py). When the service runs as root, bwrap itself is started as
+an unprivileged host uid, so even a file the sandbox can see is checked against that
+uid, never root's.
+
+Limits: rlimits (limits.py), cgroups for memory and processes (cgroups.py), and, kept
+here, the wall clock, the output, and the session's disk, which the service measures
+while the program runs. Everything a run starts dies with it: its PID namespace ends
+when its first process does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import selectors
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..languages import CODE_DIR
+from . import cgroups, disk, seccomp
+from .limits import Limits
 from .port import RunResult
 
 ARTIFACT_DIR = "/mnt/data"
@@ -28,6 +39,7 @@ ARTIFACT_DIR = "/mnt/data"
 _ETC = (
     "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "fonts",
     "java-17-openjdk", "php", "R", "ssl", "mime.types", "nsswitch.conf", "passwd", "group",
+    "matplotlibrc", "ldc2.conf",
 )
 _ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -35,33 +47,56 @@ _ENV = {
     "TMPDIR": "/tmp",
     "LANG": "C.UTF-8",
     "MPLBACKEND": "Agg",  # matplotlib without a display: figures are saved, never shown
+    # The script sits in /code, so Python would not look in the working directory for the
+    # session's own modules (a helper.py written by an earlier run) without this.
+    "PYTHONPATH": "/mnt/data",
+    "GOCACHE": "/tmp/go-cache",  # go build needs a writable cache, and /tmp is the place
+    "GOPATH": "/tmp/go",
 }
 
 
+# The sandbox's two writable RAM disks share one size (the memory limit): without a
+# memory cgroup nothing else would bound them, with one their pages count against it.
+_RAM_DISKS = (("/tmp", "0755"), ("/dev/shm", "1777"))
+# The session's disk use is measured while a program runs: often, since a program can
+# write a GB a second, yet at most a tenth of the time, since a measurement walks every file.
+_WATCH_SECONDS = 0.02
+
+
 @dataclass(frozen=True)
-class Limits:
-    timeout: float
-    max_output_bytes: int
+class _Control:
+    """The descriptors bwrap reads besides the program."""
+
+    seccomp: int  # the compiled filter
+    info: int  # bwrap writes the sandbox's host pid here...
+    block: int  # ...then waits for a byte here before it starts the program
 
 
-def bwrap_argv(data_dir: str, program_fds: Mapping[str, int]) -> list[str]:
+def bwrap_argv(data_dir: str, program_fds: Mapping[str, int], control: _Control, ram_disk_bytes: int) -> list[str]:
     argv = [
         shutil.which("bwrap") or "bwrap",
-        "--unshare-all", "--die-with-parent", "--new-session",
+        # --disable-userns needs --unshare-user named, even where bwrap would pick it itself.
+        "--unshare-all", "--unshare-user", "--disable-userns", "--hostname", "sandbox",
+        "--die-with-parent", "--new-session",
         "--ro-bind", "/usr", "/usr",
         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
         "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        "--proc", "/proc", "--dev", "/dev",
         "--bind", data_dir, ARTIFACT_DIR, "--chdir", ARTIFACT_DIR,
         "--cap-drop", "ALL", "--clearenv",
+        "--seccomp", str(control.seccomp), "--info-fd", str(control.info), "--block-fd", str(control.block),
     ]  # fmt: skip
+    for path, mode in _RAM_DISKS:
+        argv += ["--perms", mode, "--size", str(ram_disk_bytes), "--tmpfs", path]
     for name in _ETC:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for key, value in _ENV.items():
         argv += ["--setenv", key, value]
     for name, fd in program_fds.items():
         argv += ["--ro-bind-data", str(fd), f"{CODE_DIR}/{name}"]
-    return argv
+    # Last: the root bwrap built the rest on, and /dev, are RAM disks writable until now.
+    # Device nodes stay writable on a read-only mount (/dev/null still takes output).
+    return [*argv, "--remount-ro", "/dev", "--remount-ro", "/"]
 
 
 def run(
@@ -70,85 +105,193 @@ def run(
     program: Mapping[str, bytes],
     limits: Limits,
     as_user: tuple[int, int] | None,
+    cgroup_parents: Mapping[str, cgroups.Parent],
 ) -> RunResult:
-    # The program reaches bwrap as in-memory files: nothing of it is written on the host.
+    # A run may not grow the session's files past the limit. One that starts above it
+    # (an earlier run overshot between two measurements) may still run, and clean up.
+    disk_cap = max(limits.max_session_bytes, disk.usage(data_dir).total)
+    with cgroups.run_cgroup(cgroup_parents, limits.memory_bytes, limits.max_processes) as cgroup:
+        command = [*limits.prlimit_argv(cgroup.controllers), *argv]
+        with _sandbox(data_dir, command, program, limits, as_user, cgroup) as sandbox:
+            output = _collect(sandbox, limits, lambda: disk.usage(data_dir).total > disk_cap)
+        notes = _notes(limits, output, cgroup, disk.usage(data_dir), disk_cap)
+    return RunResult(
+        stdout=output.stdout.decode("utf-8", "replace"),
+        stderr=output.stderr.decode("utf-8", "replace"),
+        exit_code=None if output.stopped else output.exit_code,
+        notes=tuple(notes),
+    )
+
+
+@dataclass
+class _Sandbox:
+    proc: subprocess.Popen[bytes]
+    pidfd: int | None = None  # the sandbox's first process, once it exists
+
+    def kill(self) -> None:
+        # When the first process of a PID namespace dies, the kernel kills all the others,
+        # a fork bomb included; the process group takes bwrap itself.
+        with contextlib.suppress(ProcessLookupError):
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _sandbox(
+    data_dir: str,
+    argv: Sequence[str],
+    program: Mapping[str, bytes],
+    limits: Limits,
+    as_user: tuple[int, int] | None,
+    cgroup: cgroups.RunCgroup,
+) -> Iterator[_Sandbox]:
+    """Start bwrap and put its sandbox into the run's cgroup before the program starts.
+
+    bwrap makes the sandbox, reports its host pid on the info fd, then blocks on the
+    block fd before it forks or execs anything. Moved into the cgroup at that moment,
+    every process of the run is born inside it; a Popen'd process moved after the fact
+    could have forked already. Closing the block fd unread would release the sandbox
+    too, so on any failure the sandbox is killed first."""
+    proc, info, block = _launch(data_dir, argv, program, limits, as_user)
+    sandbox = _Sandbox(proc)
+    with proc:
+        try:
+            with open(info, "rb") as info_pipe:
+                report = info_pipe.read()
+            if report:  # else bwrap failed before making the sandbox, and says why on stderr
+                child = json.loads(report)["child-pid"]
+                sandbox.pidfd = os.pidfd_open(child)
+                cgroup.add(child)
+                os.write(block, b"1")
+            yield sandbox
+        except BaseException:
+            sandbox.kill()
+            raise
+        finally:
+            os.close(block)
+            if sandbox.pidfd is not None:
+                os.close(sandbox.pidfd)
+
+
+def _launch(
+    data_dir: str,
+    argv: Sequence[str],
+    program: Mapping[str, bytes],
+    limits: Limits,
+    as_user: tuple[int, int] | None,
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Start bwrap; return it, the read end of its info pipe and the write end of its block pipe."""
+    # The program and the filter reach bwrap as in-memory files: nothing is written on the host.
     fds = {name: _memfd(name, source) for name, source in program.items()}
+    seccomp_fd = _memfd("seccomp", seccomp.bpf())
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    passed = (*fds.values(), seccomp_fd, info_w, block_r)
     try:
         proc = subprocess.Popen(
-            [*bwrap_argv(data_dir, fds), "--", *argv],
+            [*bwrap_argv(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits.memory_bytes), "--", *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=tuple(fds.values()),
+            pass_fds=passed,
             env={},
             start_new_session=True,
             user=as_user[0] if as_user else None,
             group=as_user[1] if as_user else None,
             extra_groups=[] if as_user else None,
         )
+    except BaseException:
+        os.close(info_r)
+        os.close(block_w)
+        raise
     finally:
-        for fd in fds.values():
+        for fd in passed:
             os.close(fd)
-    return _collect(proc, limits)
+    return proc, info_r, block_w
 
 
 def _memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
-    os.set_inheritable(fd, True)
     return fd
 
 
-def _collect(proc: subprocess.Popen[bytes], limits: Limits) -> RunResult:
-    """Read both pipes to the end, keeping at most max_output_bytes of each, and kill the
-    process group at the deadline. Output past the cap is read and dropped, so a program
-    printing without end costs the service no memory."""
+@dataclass
+class _Output:
+    stdout: bytes
+    stderr: bytes
+    dropped: tuple[str, ...]  # the streams cut at max_output_bytes
+    stopped: str | None  # why the service stopped the run, if it did
+    exit_code: int
+
+
+def _collect(sandbox: _Sandbox, limits: Limits, over_disk: Callable[[], bool]) -> _Output:
+    """Read both pipes to the end and wait for bwrap, keeping at most max_output_bytes of
+    each pipe, and stop the run at the deadline or when the session's files outgrow their
+    limit. Output past the cap is read and dropped, so a program printing without end
+    costs the service no memory; one that closes its pipes is still waited for, not on."""
+    proc = sandbox.proc
     assert proc.stdout is not None and proc.stderr is not None
-    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    dropped = dict.fromkeys(kept, False)
-    deadline = time.monotonic() + limits.timeout
-    timed_out = False
+    kept = {"stdout": bytearray(), "stderr": bytearray()}
+    dropped: set[str] = set()
+    stopped = None
+    next_watch = time.monotonic()
+    deadline = next_watch + limits.timeout
     with selectors.DefaultSelector() as sel:
-        for pipe in kept:
-            sel.register(pipe, selectors.EVENT_READ)
-        while sel.get_map():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                _kill(proc)
+        sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
+        sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
+        while sel.get_map() or proc.poll() is None:
+            now = time.monotonic()
+            if now >= deadline:
+                stopped = f"Stopped: the run exceeded its {limits.timeout:g} s time limit."
+            elif now >= next_watch:
+                if over_disk():
+                    stopped = f"Stopped: the session's files exceeded their {limits.max_session_bytes} byte limit."
+                next_watch = time.monotonic() + max(_WATCH_SECONDS, 9 * (time.monotonic() - now))
+            if stopped:
+                sandbox.kill()
                 break
-            for key, _ in sel.select(remaining):
-                chunk = os.read(key.fd, 1 << 16)
-                buf = kept[key.fileobj]  # type: ignore[index]
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                    continue
-                room = limits.max_output_bytes - len(buf)
-                if len(chunk) > room:
-                    dropped[key.fileobj] = True  # type: ignore[index]
-                buf += chunk[: max(room, 0)]
+            wait = max(min(deadline, next_watch) - time.monotonic(), 0)
+            if sel.get_map():
+                _read(sel, wait, kept, dropped, limits.max_output_bytes)
+            else:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(wait)
     exit_code = proc.wait()
-    proc.stdout.close()
-    proc.stderr.close()
-    notes = []
-    if timed_out:
-        notes.append(f"Stopped: the run exceeded its {limits.timeout:g} s time limit.")
-    for pipe, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
-        if dropped[pipe]:
-            notes.append(
-                f"Output truncated: {name} exceeded {limits.max_output_bytes} bytes; the rest was dropped."
-            )
-    return RunResult(
-        stdout=kept[proc.stdout].decode("utf-8", "replace"),
-        stderr=kept[proc.stderr].decode("utf-8", "replace"),
-        exit_code=None if timed_out else exit_code,
-        notes=tuple(notes),
-    )
+    return _Output(bytes(kept["stdout"]), bytes(kept["stderr"]), tuple(sorted(dropped)), stopped, exit_code)
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    # bwrap's children die with it (--die-with-parent), and with them the whole PID
-    # namespace; the process group catches anything that raced.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+def _read(
+    sel: selectors.BaseSelector, timeout: float, kept: dict[str, bytearray], dropped: set[str], cap: int
+) -> None:
+    for key, _ in sel.select(timeout):
+        chunk = os.read(key.fd, 1 << 16)
+        if not chunk:
+            sel.unregister(key.fileobj)
+            continue
+        buf = kept[key.data]
+        room = cap - len(buf)
+        if len(chunk) > room:
+            dropped.add(key.data)
+        buf += chunk[: max(room, 0)]
+
+
+def _notes(limits: Limits, output: _Output, cgroup: cgroups.RunCgroup, usage: disk.Usage, disk_cap: int) -> list[str]:
+    """A plain sentence for each limit the run hit."""
+    notes = [output.stopped] if output.stopped else []
+    # bwrap reports a program killed by a signal as 128 + the signal's number.
+    if output.exit_code == 128 + signal.SIGXCPU:
+        notes.append(f"Stopped: the program used up its {limits.cpu_seconds} s of CPU time.")
+    if cgroup.oom_killed():
+        notes.append(f"Killed: the run exceeded its memory limit of {limits.memory_bytes} bytes.")
+    if cgroup.hit_process_limit():
+        notes.append(f"The run reached its limit of {limits.max_processes} processes and threads; no more started.")
+    if usage.largest_file >= limits.max_file_bytes:
+        notes.append(f"A file reached the {limits.max_file_bytes} byte file size limit; writing past it failed.")
+    if usage.total > disk_cap and not output.stopped:
+        notes.append(f"The session's files exceed their {limits.max_session_bytes} byte limit.")
+    for name in output.dropped:
+        notes.append(f"Output truncated: {name} exceeded {limits.max_output_bytes} bytes; the rest was dropped.")
+    return notes

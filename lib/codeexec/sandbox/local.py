@@ -3,6 +3,7 @@
     SANDBOX_ROOT/<session_id>/
         lease.json   organization, leased at, TTL (written once, read-only to everyone else)
         lock         flock: calls hold it shared, ending takes it exclusive
+        run.lock     flock: a run holds it exclusive, so runs in one session go one at a time
         data/        the artifact directory, bound at /mnt/data inside the sandbox
 
 The program sees only data/, so it can neither read nor change its own lease. "Last
@@ -27,8 +28,9 @@ from typing import BinaryIO
 from .. import ids
 from ..languages import LANGUAGES
 from ..settings import Settings
-from . import bwrap, files
-from .port import FileInfo, Lease, RunResult, SessionNotFound
+from . import bwrap, cgroups, disk, files
+from .limits import Limits
+from .port import FileInfo, Lease, RunResult, SessionNotFound, TooLarge
 
 _TOMBSTONE = ".ended-"
 
@@ -36,6 +38,7 @@ _TOMBSTONE = ".ended-"
 class LocalSandbox:
     def __init__(self, session_id: str, path: Path, backend: LocalSandboxes) -> None:
         self._id = session_id
+        self._path = path
         self._data = str(path / "data")
         self._backend = backend
 
@@ -44,7 +47,16 @@ class LocalSandbox:
         return self._id
 
     def write_file(self, path: str, data: BinaryIO, limit: int | None = None) -> FileInfo:
-        return files.write_beneath(self._data, path, data, limit, self._backend.sandbox_user)
+        # The session's disk limit holds for what comes in from outside as for what runs write.
+        quota = self._backend.settings.max_session_bytes
+        room = quota - disk.usage(self._data).total
+        by_quota = limit is None or room < limit
+        try:
+            return files.write_beneath(self._data, path, data, room if by_quota else limit, self._backend.sandbox_user)
+        except TooLarge:
+            if not by_quota:
+                raise
+            raise TooLarge(f"the session's files would exceed their {quota} byte limit") from None
 
     def open_file(self, path: str) -> tuple[BinaryIO, FileInfo]:
         return files.open_beneath(self._data, path)
@@ -56,8 +68,19 @@ class LocalSandbox:
         files.remove_beneath(self._data, path)
 
     def run(self, argv: Sequence[str], program: Mapping[str, bytes], timeout: float) -> RunResult:
-        limits = bwrap.Limits(timeout=timeout, max_output_bytes=self._backend.settings.max_output_bytes)
-        return bwrap.run(self._data, argv, program, limits, self._backend.sandbox_user)
+        limits = Limits.from_settings(self._backend.settings, timeout)
+        backend = self._backend
+        return bwrap.run(self._data, argv, program, limits, backend.sandbox_user, backend.cgroup_parents)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        # A lock of its own: `lock` is held shared by every call, for the reaper.
+        fd = os.open(self._path / "run.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
 
 class LocalSandboxes:
@@ -77,6 +100,7 @@ class LocalSandboxes:
         # Traversable (bwrap, as the sandbox uid, must reach data/) but not listable.
         self.root.chmod(0o711)
         self.languages = frozenset(name for name, lang in LANGUAGES.items() if lang.available())
+        self.cgroup_parents = cgroups.detect() if settings.sandbox_cgroups else {}
 
     def is_session_id(self, session_id: str) -> bool:
         return ids.is_session_id(session_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, runtime_checkable
 
 
 class SessionNotFound(Exception):
@@ -93,6 +93,17 @@ class Sandbox(Protocol):
 
         `program` maps file names to contents placed in `/code`, outside the artifact
         directory, so the source never shows up as an output file."""
+
+
+@runtime_checkable
+class Exclusive(Protocol):
+    """What a sandbox offers when it can hold off other runs in it, across processes.
+
+    The interpreter holds it around snapshot, run and listing, so that two runs in one
+    session at once each report their own files. Optional: a backend without it leaves
+    concurrent runs in one session to the caller."""
+
+    def exclusive(self) -> AbstractContextManager[None]: ...
 
 
 class Sandboxes(Protocol):

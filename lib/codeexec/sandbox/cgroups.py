@@ -1,0 +1,158 @@
+"""cgroups for one run: a memory limit and a process limit over its whole process tree.
+
+Detected, never assumed. For each of `memory` and `pids`: cgroup v2 when the service's
+own cgroup hands the controller to its children (its cgroup.subtree_control lists it);
+else the controller's v1 hierarchy; else nothing, and rlimits stand in (see limits.py).
+Either way the service must be able to write there (root, or a delegated subtree).
+A run's cgroups are made under the service's own, so whatever limits the service keeps
+limiting its runs too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+CONTROLLERS = ("memory", "pids")
+
+log = logging.getLogger("codeexec")
+
+
+@dataclass(frozen=True)
+class Parent:
+    """Where one controller's run cgroups are made: the service's own cgroup in it."""
+
+    path: Path
+    v2: bool
+
+
+@functools.cache
+def detect() -> Mapping[str, Parent]:
+    """The controllers this host enforces for us, each with its parent cgroup."""
+    own = _own_cgroups()
+    v1_mounts: dict[str, Path] = {}
+    v2_parent = None
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _, mount, fstype, options, *_ = line.split()
+        if fstype == "cgroup2" and "" in own:
+            v2_parent = Path(mount) / own[""]
+        elif fstype == "cgroup":
+            v1_mounts |= {c: Path(mount) for c in options.split(",") if c in CONTROLLERS}
+    found = {}
+    for controller in CONTROLLERS:
+        if v2_parent is not None and controller in _delegated(v2_parent):
+            found[controller] = Parent(v2_parent, v2=True)
+        elif controller in v1_mounts and controller in own:
+            found[controller] = Parent(v1_mounts[controller] / own[controller], v2=False)
+    return {c: p for c, p in found.items() if os.access(p.path, os.W_OK)}
+
+
+def _delegated(path: Path) -> set[str]:
+    try:
+        return set((path / "cgroup.subtree_control").read_text().split())
+    except OSError:
+        return set()
+
+
+def _own_cgroups() -> dict[str, str]:
+    """controller -> this process's cgroup path, relative; "" is the v2 hierarchy."""
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            own[controller] = path.lstrip("/")
+    return own
+
+
+class RunCgroup:
+    """The cgroups of one run, one per controller's hierarchy (v2 puts both in one)."""
+
+    def __init__(self, parents: Mapping[str, Parent]) -> None:
+        self.controllers = frozenset(parents)
+        name = f"codeexec-{secrets.token_hex(8)}"
+        self._dirs = {c: p.path / name for c, p in parents.items()}
+        self._v2 = {c: p.v2 for c, p in parents.items()}
+
+    def create(self, memory_bytes: int, max_processes: int) -> None:
+        for path in set(self._dirs.values()):
+            path.mkdir()
+        if "memory" in self._dirs:
+            self._limit_memory(self._dirs["memory"], memory_bytes)
+        if "pids" in self._dirs:
+            _write(self._dirs["pids"] / "pids.max", max_processes)
+
+    def _limit_memory(self, path: Path, limit: int) -> None:
+        # Swap counts too, or a run could spill past its limit into swap.
+        if self._v2["memory"]:
+            _write(path / "memory.max", limit)
+            _write_if_present(path / "memory.swap.max", 0)
+        else:
+            _write(path / "memory.limit_in_bytes", limit)
+            _write_if_present(path / "memory.memsw.limit_in_bytes", limit)
+
+    def add(self, pid: int) -> None:
+        """Move a process in; what it starts from then on is born inside."""
+        for path in set(self._dirs.values()):
+            _write(path / "cgroup.procs", pid)
+
+    def oom_killed(self) -> bool:
+        if "memory" not in self._dirs:
+            return False
+        events = "memory.events" if self._v2["memory"] else "memory.oom_control"
+        return _counter(self._dirs["memory"] / events, "oom_kill") > 0
+
+    def hit_process_limit(self) -> bool:
+        return "pids" in self._dirs and _counter(self._dirs["pids"] / "pids.events", "max") > 0
+
+    def remove(self) -> None:
+        for path in set(self._dirs.values()):
+            _rmdir(path)
+
+
+@contextlib.contextmanager
+def run_cgroup(parents: Mapping[str, Parent], memory_bytes: int, max_processes: int) -> Iterator[RunCgroup]:
+    cgroup = RunCgroup(parents)
+    try:
+        cgroup.create(memory_bytes, max_processes)
+        yield cgroup
+    finally:
+        cgroup.remove()
+
+
+def _rmdir(path: Path) -> None:
+    # The run's processes are dead by now (they die with its PID namespace), but a dead
+    # process stays in its cgroup until its parent reaps it, a few ms later. An empty
+    # cgroup left behind costs little, so failing here must not fail the run.
+    deadline = time.monotonic() + 2
+    while path.exists():
+        try:
+            path.rmdir()
+        except OSError:
+            if time.monotonic() > deadline:
+                log.warning("could not remove cgroup %s", path)
+                return
+            time.sleep(0.005)
+
+
+def _write(path: Path, value: int) -> None:
+    path.write_text(str(value))
+
+
+def _write_if_present(path: Path, value: int) -> None:
+    if path.exists():  # swap accounting is optional in the kernel
+        _write(path, value)
+
+
+def _counter(path: Path, key: str) -> int:
+    for line in path.read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value)
+    return 0
