@@ -1,0 +1,300 @@
+"""Every language LibreChat's code tool offers, run for real on the `local` backend.
+
+Each language costs two runs: one program that prints a token, echoes an argument and
+writes a file, and one that fails to compile or throws.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import replace
+
+import pytest
+from fastapi.testclient import TestClient
+
+from codeexec.app import create_app
+from codeexec.languages import LANGUAGES
+from codeexec.sandbox.local import LocalSandbox
+from codeexec.settings import Settings
+
+from .conftest import API_KEY
+from .test_app import run, upload
+
+TOKEN = "hello-7f3a"
+# Spaces, a dollar and quotes: the argument must reach the program untouched by any shell.
+ARG = 'two words $HOME "q"'
+
+HELLO = {
+    "py": """
+import sys
+print("hello-7f3a")
+print(sys.argv[1])
+open("out.txt", "w").write("hello-7f3a")
+""",
+    "js": """
+const fs = require("fs");
+console.log("hello-7f3a");
+console.log(process.argv[2]);
+fs.writeFileSync("out.txt", "hello-7f3a");
+""",
+    "ts": """
+import { writeFileSync } from "fs";
+const token: string = "hello-7f3a";
+console.log(token);
+console.log(process.argv[2]);
+writeFileSync("out.txt", token);
+""",
+    "c": """
+#include <stdio.h>
+int main(int argc, char **argv) {
+    puts("hello-7f3a");
+    puts(argv[1]);
+    FILE *f = fopen("out.txt", "w");
+    fputs("hello-7f3a", f);
+    return fclose(f);
+}
+""",
+    "cpp": """
+#include <fstream>
+#include <iostream>
+int main(int argc, char **argv) {
+    std::cout << "hello-7f3a\\n" << argv[1] << "\\n";
+    std::ofstream("out.txt") << "hello-7f3a";
+}
+""",
+    # Not named Main, and not the first class: the public one is what runs.
+    "java": """
+import java.nio.file.*;
+
+class Greeting {
+    static String text() { return "hello-7f3a"; }
+}
+
+public class Greeter {
+    public static void main(String[] args) throws Exception {
+        System.out.println(Greeting.text());
+        System.out.println(args[0]);
+        Files.writeString(Path.of("out.txt"), Greeting.text());
+    }
+}
+""",
+    "php": """<?php
+echo "hello-7f3a\\n";
+echo $argv[1], "\\n";
+file_put_contents("out.txt", "hello-7f3a");
+""",
+    "rs": """
+fn main() {
+    let arg = std::env::args().nth(1).unwrap();
+    println!("hello-7f3a");
+    println!("{arg}");
+    std::fs::write("out.txt", "hello-7f3a").unwrap();
+}
+""",
+    "go": """
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	fmt.Println("hello-7f3a")
+	fmt.Println(os.Args[1])
+	os.WriteFile("out.txt", []byte("hello-7f3a"), 0o644)
+}
+""",
+    "d": """
+import std.file : write;
+import std.stdio : writeln;
+
+void main(string[] args) {
+    writeln("hello-7f3a");
+    writeln(args[1]);
+    write("out.txt", "hello-7f3a");
+}
+""",
+    # A module: gfortran writes greeting.mod, which must not land in the working directory.
+    "f90": """
+module greeting
+contains
+  subroutine say(text)
+    character(len=*), intent(in) :: text
+    write (*, '(A)') text
+  end subroutine say
+end module greeting
+
+program hello
+  use greeting
+  character(len=100) :: arg
+  call get_command_argument(1, arg)
+  call say('hello-7f3a')
+  call say(trim(arg))
+  open (unit=10, file='out.txt', status='replace')
+  write (10, '(A)') 'hello-7f3a'
+  close (10)
+end program hello
+""",
+    "r": """
+args <- commandArgs(trailingOnly = TRUE)
+cat("hello-7f3a\\n")
+cat(args[1], "\\n", sep = "")
+writeLines("hello-7f3a", "out.txt")
+""",
+    "bash": """
+echo hello-7f3a
+echo "$1"
+echo hello-7f3a > out.txt
+""",
+}
+
+# (lang, program, what stderr must say): compile errors and runtime errors alike.
+BROKEN = [
+    ("py", "raise ValueError('broken-py')", "ValueError: broken-py"),
+    ("js", "throw new Error('broken-js')", "Error: broken-js"),
+    ("ts", "const n: number = ;", 'Unexpected ";"'),
+    # The source map points a runtime error at the TypeScript the model wrote.
+    ("ts", "const f = (n: number): never => {\n  throw new Error('broken-ts');\n};\nf(1);", "/code/main.ts:2"),
+    ("c", "int main(void) { return undeclared_name; }", "undeclared_name"),
+    ("cpp", "int main() { return undeclared_name; }", "undeclared_name"),
+    ("java", 'public class Broken { public static void main(String[] a) { int x = "s"; } }', "incompatible types"),
+    ("php", '<?php throw new Exception("broken-php");', "broken-php"),
+    ("rs", 'fn main() { let x: i32 = "s"; }', "mismatched types"),
+    ("go", "package main\n\nfunc main() { x := 1 }\n", "not used"),
+    ("d", 'void main() { int x = "s"; }', "cannot implicitly convert"),
+    ("f90", "program p\n  integer :: x\n  x = 'text'\nend program p\n", "Cannot convert"),
+    ("r", 'stop("broken-r")', "broken-r"),
+    ("bash", "no_such_command_7f3a", "no_such_command_7f3a: command not found"),
+]
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height of a complete PNG (signature, IHDR first, IEND last)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    assert data[-8:-4] == b"IEND"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_the_table_is_the_contracts_thirteen_languages() -> None:
+    assert set(LANGUAGES) == {"py", "js", "ts", "c", "cpp", "java", "php", "rs", "go", "d", "f90", "r", "bash"}
+    assert set(HELLO) == set(LANGUAGES)
+
+
+def test_health_lists_every_language_installed_here(client: TestClient) -> None:
+    assert set(client.get("/health").json()["languages"]) == set(LANGUAGES)
+
+
+@pytest.mark.parametrize("lang", sorted(HELLO))
+def test_hello_args_and_a_written_file(client: TestClient, lang: str) -> None:
+    body = run(client, HELLO[lang], lang, args=[ARG])
+    assert body["stdout"] == f"{TOKEN}\n{ARG}\n"
+    assert body["stderr"] == ""
+    # Only what the program wrote: no source, no object file, no class file, no module file.
+    assert [f["id"] for f in body["files"]] == ["out.txt"]
+    download = client.get(f"/v1/download/{body['session_id']}/out.txt")
+    assert download.status_code == 200
+    assert download.content.strip() == TOKEN.encode()
+
+
+@pytest.mark.parametrize(("lang", "code", "says"), BROKEN, ids=[f"{lang}-{i}" for i, (lang, *_) in enumerate(BROKEN)])
+def test_errors_are_a_200_with_stderr(client: TestClient, lang: str, code: str, says: str) -> None:
+    body = run(client, code, lang)
+    assert says in body["stderr"]
+    assert body["stdout"] == ""
+    assert body["files"] == []
+
+
+def test_java_starts_under_an_address_space_limit(settings: Settings) -> None:
+    # Without cgroups the memory limit is each process's address space, which a JVM with
+    # default reservations (heap, class space, code cache) overruns before it runs a line.
+    rlimits_only = settings.model_copy(update={"sandbox_cgroups": False})
+    client = TestClient(create_app(rlimits_only), headers={"X-API-Key": API_KEY})
+    body = run(client, HELLO["java"], "java", args=[ARG])
+    assert body["stdout"] == f"{TOKEN}\n{ARG}\n", body["stderr"]
+
+
+def test_python_reads_an_uploaded_csv_and_saves_a_chart(client: TestClient) -> None:
+    up = upload(client, "sales.csv", b"month,units\n1,10\n2,20\n3,30\n")
+    code = """
+import matplotlib.pyplot as plt
+import numpy, pandas as pd, PIL, scipy
+df = pd.read_csv("sales.csv")
+print(df.shape, df["units"].sum())
+df.plot(x="month", y="units")
+plt.savefig("chart.png")
+"""
+    files = [{"id": "sales.csv", "session_id": up["session_id"], "name": "sales.csv"}]
+    body = run(client, code, "py", files=files)
+    assert body["stdout"] == "(3, 2) 60\n"
+    assert body["stderr"] == ""
+    assert [f["id"] for f in body["files"]] == ["chart.png"]  # the unchanged CSV is not an output
+    download = client.get(f"/v1/download/{body['session_id']}/chart.png")
+    assert download.headers["content-type"] == "image/png"
+    assert png_size(download.content) == (640, 480)  # matplotlib's default figure at 100 dpi
+
+
+def test_python_imports_the_sessions_own_modules(client: TestClient) -> None:
+    up = upload(client, "helper.py", b"def greet():\n    return 'from-helper'\n")
+    body = run(client, "import helper\nprint(helper.greet())", "py", session_id=up["session_id"])
+    assert body["stdout"] == "from-helper\n", body["stderr"]
+
+
+def test_r_plots_to_png_without_x11(client: TestClient) -> None:
+    code = 'png("plot.png", width = 320, height = 240)\nplot(1:10, main = "r-plot")\ninvisible(dev.off())'
+    body = run(client, code, "r")
+    assert body["stderr"] == ""
+    assert [f["id"] for f in body["files"]] == ["plot.png"]
+    assert png_size(client.get(f"/v1/download/{body['session_id']}/plot.png").content) == (320, 240)
+
+
+@pytest.mark.parametrize(
+    ("code", "source"),
+    [
+        ("public class Greeter {}", "Greeter.java"),
+        ("class Helper {}\npublic final class Solver {}", "Solver.java"),
+        ("class Solution { public static void main(String[] a) {} }", "Solution.java"),
+        ("System.out.println(1);", "Main.java"),
+    ],
+)
+def test_java_source_is_named_after_its_class(code: str, source: str) -> None:
+    assert LANGUAGES["java"].source_name(code) == source
+
+
+def test_other_sources_keep_their_name() -> None:
+    assert LANGUAGES["py"].source_name("class Greeter: pass") == "main.py"
+
+
+def test_a_missing_linker_makes_a_language_unavailable() -> None:
+    rust = LANGUAGES["rs"]
+    assert rust.available()
+    assert not replace(rust, needs=("/nonexistent/cc",)).available()
+
+
+def test_missing_toolchain_is_a_400_naming_the_language(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
+    d = LANGUAGES["d"]
+    monkeypatch.setitem(LANGUAGES, "d", replace(d, compile=("/nonexistent/ldc2", *d.compile[1:])))
+    client = TestClient(create_app(settings), headers={"X-API-Key": API_KEY})
+    reply = client.post("/v1/exec", json={"lang": "d", "code": "void main() {}"})
+    assert reply.status_code == 400
+    assert "lang 'd' is not available here" in reply.json()["details"]
+    assert "d" not in client.get("/health").json()["languages"]
+
+
+def test_slow_toolchains_get_their_own_time_limit(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, settings: Settings
+) -> None:
+    seen: list[float] = []
+    real_run = LocalSandbox.run
+
+    def recording_run(self: LocalSandbox, argv: list[str], program: dict[str, bytes], timeout: float) -> object:
+        seen.append(timeout)
+        return real_run(self, argv, program, timeout)
+
+    monkeypatch.setattr(LocalSandbox, "run", recording_run)
+    run(client, "true", "bash")
+    run(client, "fn main() {}", "rs")
+    assert LANGUAGES["rs"].min_timeout > settings.run_timeout_seconds
+    assert seen == [settings.run_timeout_seconds, LANGUAGES["rs"].min_timeout]
