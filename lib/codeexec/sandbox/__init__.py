@@ -12,4 +12,8 @@ def make_sandboxes(settings: Settings) -> Sandboxes:
         from .local import LocalSandboxes
 
         return LocalSandboxes(settings)
+    if settings.sandbox_backend == "agentcore":
+        from .agentcore import AgentCoreSandboxes
+
+        return AgentCoreSandboxes(settings)
     raise RuntimeError(f"SANDBOX_BACKEND={settings.sandbox_backend} is not available")

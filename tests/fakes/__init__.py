@@ -1,0 +1,1 @@
+"""Local fakes of the cloud services the backends talk to. Test code only."""

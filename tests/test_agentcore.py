@@ -1,0 +1,319 @@
+"""The agentcore backend against botocore's Stubber, which checks every request (and every
+stubbed reply) against the real service model, then against the local fake."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from botocore.eventstream import EventStream
+from botocore.parsers import EventStreamJSONParser
+from botocore.stub import ANY, Stubber
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from codeexec.app import create_app
+from codeexec.languages import LANGUAGES
+from codeexec.reaper import is_due
+from codeexec.sandbox.agentcore import AgentCoreSandboxes
+from codeexec.sandbox.port import BackendUnavailable, FileNotFound, SessionNotFound
+from codeexec.settings import Settings
+
+from .conftest import API_KEY
+from .fakes import eventstream
+from .fakes.agentcore import RunningFake
+
+CI = "aws.codeinterpreter.v1"
+SID = "01JABCDEFGHJKMNPQRSTVWXYZ0"
+OTHER = "01JZZZZZZZZZZZZZZZZZZZZZZZ"
+CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+# "codeexec-<ttl>-<org in base32>": org "acme" for 8 hours
+ACME = "codeexec-28800-mfrw2zi"
+
+
+class _Raw:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def stream(self) -> Iterator[bytes]:
+        yield self._data
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def backend(aws_env: None) -> AgentCoreSandboxes:
+    return AgentCoreSandboxes(Settings(sandbox_backend="agentcore", max_output_bytes=64))
+
+
+@pytest.fixture
+def stub(backend: AgentCoreSandboxes) -> Iterator[Stubber]:
+    client = backend.api.client
+    # Stubber hands an event stream back as the one event dict it validated; make it the
+    # real thing, framed and parsed by botocore as a reply off the wire would be.
+    shape = client.meta.service_model.operation_model("InvokeCodeInterpreter").output_shape.members["stream"]
+
+    def to_stream(parsed: dict[str, Any], **_: Any) -> None:
+        ((kind, content),) = parsed["stream"].items()
+        raw = eventstream.event(kind, content) if kind == "result" else eventstream.exception(kind, content["message"])
+        parsed["stream"] = EventStream(_Raw(raw), shape, EventStreamJSONParser(), "InvokeCodeInterpreter")
+
+    client.meta.events.register("after-call.bedrock-agentcore.InvokeCodeInterpreter", to_stream)
+    with Stubber(client) as stubber:
+        yield stubber
+        stubber.assert_no_pending_responses()
+
+
+def expect_get(stub: Stubber, name: str = ACME, status: str = "READY", session_id: str = SID) -> None:
+    reply = {"codeInterpreterIdentifier": CI, "sessionId": session_id, "name": name, "createdAt": CREATED}
+    stub.add_response(
+        "get_code_interpreter_session",
+        reply | {"status": status, "sessionTimeoutSeconds": 28800},
+        {"codeInterpreterIdentifier": CI, "sessionId": session_id},
+    )
+
+
+def expect_invoke(
+    stub: Stubber, tool: str, arguments: dict[str, Any], result: dict[str, Any] | None = None, session_id: str = SID
+) -> None:
+    stream = {"result": {"content": [], **(result or {})}}
+    stub.add_response(
+        "invoke_code_interpreter",
+        {"sessionId": session_id, "stream": stream},
+        {"codeInterpreterIdentifier": CI, "sessionId": session_id, "name": tool, "arguments": arguments},
+    )
+
+
+def ran(stdout: str = "", stderr: str = "", exit_code: int = 0) -> dict[str, Any]:
+    return {"structuredContent": {"stdout": stdout, "stderr": stderr, "exitCode": exit_code}, "isError": exit_code != 0}
+
+
+TOUCH = {"path": ".codeexec/touched", "text": ""}
+
+
+def test_create_names_the_org_and_caps_the_lease_at_eight_hours(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    stub.add_response(
+        "start_code_interpreter_session",
+        {"codeInterpreterIdentifier": CI, "sessionId": SID, "createdAt": CREATED},
+        {"codeInterpreterIdentifier": CI, "name": ACME, "sessionTimeoutSeconds": 28800},
+    )
+    # The first write of a call carries its touch.
+    expect_invoke(stub, "writeFiles", {"content": [{"path": "a.bin", "blob": b"\x00\xff"}, TOUCH]})
+    with backend.create("acme") as sandbox:
+        assert sandbox.id == SID
+        assert sandbox.write_file("a.bin", io.BytesIO(b"\x00\xff")).size == 2
+
+
+def test_open_refuses_other_orgs_ended_and_unknown_sessions(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    expect_get(stub, name="codeexec-28800-mjxwe3q")  # org "bob"
+    expect_get(stub, status="TERMINATED")
+    expect_get(stub, name="someone-elses-session")
+    stub.add_client_error("get_code_interpreter_session", "ResourceNotFoundException", http_status_code=404)
+    for _ in range(4):
+        with pytest.raises(SessionNotFound), backend.open("acme", SID):
+            pass
+    with pytest.raises(SessionNotFound), backend.open("acme", "has-dashes_and_is_not_agentcores"):
+        pass  # refused before any call: the stubber holds no reply for it
+
+
+def test_a_call_that_only_reads_touches_on_its_way_out(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    expect_get(stub)
+    blob = bytes(range(256))
+    expect_invoke(
+        stub,
+        "readFiles",
+        {"paths": ["a.bin"]},
+        {"content": [{"type": "resource", "resource": {"type": "blob", "uri": "file:///w/a.bin", "blob": blob}}]},
+    )
+    expect_invoke(stub, "writeFiles", {"content": [TOUCH]})
+    with backend.open("acme", SID) as sandbox:
+        reader, info = sandbox.open_file("a.bin")
+    assert reader.read() == blob
+    assert info.size == 256
+
+
+def test_missing_and_hidden_files_are_not_found(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    expect_get(stub)
+    expect_invoke(
+        stub,
+        "readFiles",
+        {"paths": ["gone.csv"]},
+        {"content": [{"type": "text", "text": "no such file"}], "isError": True},
+    )
+    with backend.open("acme", SID) as sandbox:
+        with pytest.raises(FileNotFound):
+            sandbox.open_file("gone.csv")
+        with pytest.raises(FileNotFound):
+            sandbox.open_file(".codeexec/touched")
+        sandbox.touch_pending = False  # what a touch costs is the other tests' business
+
+
+def test_listing_is_one_command_carrying_the_touch(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    expect_get(stub)
+    stdout = "5 1767322800.5000000000 data.csv\x0012 1767322801.0000000000 plots/a b.png\x00"
+    expect_invoke(stub, "executeCommand", {"command": ANY}, ran(stdout))
+    with backend.open("acme", SID) as sandbox:
+        found = sandbox.list_files()
+    assert [(f.path, f.size, f.mtime_ns) for f in found] == [
+        ("data.csv", 5, 1_767_322_800_500_000_000),
+        ("plots/a b.png", 12, 1_767_322_801_000_000_000),
+    ]
+
+
+def test_python_runs_natively_with_its_args(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    expect_get(stub)
+    code = 'import sys; sys.argv[1:] = ["--n", "it\'s"]\nprint(1)'
+    expect_invoke(stub, "executeCode", {"language": "python", "code": code, "clearContext": True}, ran("1\n"))
+    expect_invoke(stub, "writeFiles", {"content": [TOUCH]})
+    argv = LANGUAGES["py"].argv("main.py", ["--n", "it's"])
+    with backend.open("acme", SID) as sandbox:
+        result = sandbox.run(argv, {"main.py": b"print(1)"}, 30)
+    assert (result.stdout, result.exit_code, result.notes) == ("1\n", 0, ())
+
+
+def test_bash_runs_as_a_command_under_a_time_limit(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    expect_get(stub)
+    command = "mkdir -p .codeexec && touch .codeexec/touched; timeout -k 2 7 bash -c 'echo \"$1\"' main.sh 'a b'"
+    expect_invoke(stub, "executeCommand", {"command": command}, ran(exit_code=124))
+    argv = LANGUAGES["bash"].argv("main.sh", ["a b"])
+    with backend.open("acme", SID) as sandbox:
+        result = sandbox.run(argv, {"main.sh": b'echo "$1"'}, 7)
+    assert result.exit_code is None
+    assert result.notes == ("Stopped: the run exceeded its 7 s time limit.",)
+
+
+def test_output_is_capped_with_a_note(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    expect_get(stub)
+    expect_invoke(stub, "executeCode", {"language": "javascript", "code": "x", "clearContext": True}, ran("y" * 100))
+    expect_invoke(stub, "writeFiles", {"content": [TOUCH]})
+    with backend.open("acme", SID) as sandbox:
+        result = sandbox.run(LANGUAGES["js"].argv("main.js", []), {"main.js": b"x"}, 30)
+    assert result.stdout == "y" * 64
+    assert result.notes == ("Output truncated: stdout exceeded 64 bytes; the rest was dropped.",)
+
+
+@pytest.mark.parametrize(
+    ("code", "retry_after"),
+    [("ThrottlingException", 2), ("ServiceQuotaExceededException", 30), ("InternalServerException", None)],
+)
+def test_aws_errors_become_unavailable_with_a_hint_and_are_logged_without_payload(
+    backend: AgentCoreSandboxes, stub: Stubber, caplog: pytest.LogCaptureFixture, code: str, retry_after: int | None
+) -> None:
+    stub.add_client_error("start_code_interpreter_session", code, "secret-looking message", http_status_code=429)
+    with pytest.raises(BackendUnavailable) as raised, caplog.at_level(logging.WARNING), backend.create("acme"):
+        pass
+    assert raised.value.retry_after == retry_after
+    assert code in caplog.text
+    assert "secret-looking" not in caplog.text
+
+
+def test_an_error_event_inside_the_stream_is_an_error_of_the_call(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    expect_get(stub)
+    stub.add_response(
+        "invoke_code_interpreter",
+        {"sessionId": SID, "stream": {"throttlingException": {"message": "slow down"}}},
+        {"codeInterpreterIdentifier": CI, "sessionId": SID, "name": "readFiles", "arguments": {"paths": ["a"]}},
+    )
+    with pytest.raises(BackendUnavailable) as raised, backend.open("acme", SID) as sandbox:
+        sandbox.open_file("a")
+    assert raised.value.retry_after == 2
+
+
+def test_leases_come_from_the_listing_and_the_touched_clock(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    item = {"codeInterpreterIdentifier": CI, "status": "READY", "createdAt": CREATED}
+    stub.add_response(
+        "list_code_interpreter_sessions",
+        {"items": [item | {"sessionId": SID, "name": ACME}], "nextToken": "p2"},
+        {"codeInterpreterIdentifier": CI, "status": "READY", "maxResults": 100},
+    )
+    stub.add_response(
+        "list_code_interpreter_sessions",
+        {"items": [item | {"sessionId": OTHER, "name": "not-ours"}]},
+        {"codeInterpreterIdentifier": CI, "status": "READY", "maxResults": 100, "nextToken": "p2"},
+    )
+    expect_invoke(stub, "executeCommand", {"command": "stat -c %Y .codeexec/touched"}, ran("1767323045\n"))
+    (lease,) = backend.leases()
+    assert (lease.session_id, lease.org, lease.ttl_seconds) == (SID, "acme", 28800)
+    assert lease.leased_at == CREATED.timestamp()
+    assert lease.touched_at == 1767323045
+
+
+def test_end_if_rereads_the_lease_and_stops_only_when_still_due(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    touched = CREATED.timestamp() + 100
+    for _ in range(2):
+        expect_get(stub)
+        expect_invoke(stub, "executeCommand", {"command": "stat -c %Y .codeexec/touched"}, ran(f"{touched:.0f}\n"))
+    stub.add_response(
+        "stop_code_interpreter_session",
+        {"codeInterpreterIdentifier": CI, "sessionId": SID, "lastUpdatedAt": CREATED},
+        {"codeInterpreterIdentifier": CI, "sessionId": SID},
+    )
+    assert not backend.end_if(SID, lambda lease: is_due(lease, touched + 3599, 3600))
+    assert backend.end_if(SID, lambda lease: is_due(lease, touched + 3600, 3600))
+
+
+def test_session_ids_are_agentcores(backend: AgentCoreSandboxes) -> None:
+    assert backend.is_session_id(SID)
+    assert backend.is_session_id("a" * 40)
+    assert not backend.is_session_id("a" * 41)
+    assert not backend.is_session_id("Uakgb_J5m9g-0JDMbcJqL")
+    assert not backend.is_session_id("")
+
+
+# -- through the app, against the fake --------------------------------------------------
+
+
+@pytest.fixture
+def fake_client(agentcore_fake: RunningFake) -> TestClient:
+    settings = Settings(
+        sandbox_backend="agentcore",
+        agentcore_endpoint_url=agentcore_fake.url,
+        code_exec_api_key=SecretStr(API_KEY),
+    )
+    return TestClient(create_app(settings), headers={"X-API-Key": API_KEY})
+
+
+def upload(client: TestClient, name: str, data: bytes) -> str:
+    reply = client.post("/v1/upload", files={"file": (name, data)})
+    assert reply.status_code == 200, reply.text
+    return str(reply.json()["session_id"])
+
+
+def test_throttling_is_a_503_with_retry_after(
+    fake_client: TestClient, agentcore_fake: RunningFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = upload(fake_client, "a.txt", b"x")
+    agentcore_fake.fake.faults.append(("ThrottlingException", True))  # inside the stream: never retried
+    reply = fake_client.get(f"/v1/files/{session}")
+    assert reply.status_code == 503
+    assert reply.headers["Retry-After"] == "2"
+
+
+def test_a_vanished_session_is_a_404(fake_client: TestClient, agentcore_fake: RunningFake) -> None:
+    session = upload(fake_client, "a.txt", b"x")
+    agentcore_fake.fake.sessions[session].stopped = True  # AgentCore ended it: its timeout, say
+    assert fake_client.get(f"/v1/download/{session}/a.txt").status_code == 404
+    assert fake_client.get(f"/v1/files/{session}").status_code == 404
+
+
+def test_round_trips_per_call(fake_client: TestClient, agentcore_fake: RunningFake) -> None:
+    calls = agentcore_fake.fake.calls
+    session = upload(fake_client, "a.txt", b"x")
+    assert calls == ["PUT sessions/start", "invoke writeFiles"]  # the write carries the touch
+    calls.clear()
+    assert fake_client.get(f"/v1/download/{session}/a.txt").content == b"x"
+    assert calls == ["GET sessions/get", "invoke readFiles", "invoke writeFiles"]  # a read can't
+    calls.clear()
+    fake_client.post("/v1/exec", json={"lang": "py", "code": "print(1)", "session_id": session})
+    assert calls == ["GET sessions/get", "invoke executeCommand", "invoke executeCode", "invoke executeCommand"]
+
+
+def test_a_language_agentcore_lacks_is_a_clear_400(fake_client: TestClient) -> None:
+    reply = fake_client.post("/v1/exec", json={"lang": "c", "code": "int main(){}"})
+    assert reply.status_code == 400
+    assert reply.json()["details"] == "lang 'c' is not available here; available: bash, js, py, ts"

@@ -1,0 +1,128 @@
+"""The same API-level behaviour from every backend: `local` (bubblewrap on this host) and
+`agentcore` (through the local fake of the AgentCore data plane)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from codeexec.app import create_app
+from codeexec.reaper import reap
+from codeexec.settings import Settings
+
+from .conftest import API_KEY
+
+BINARY = bytes(range(256)) * 40 + b"\r\n\x00\xff"
+
+
+@pytest.fixture(params=["local", "agentcore"])
+def backend_settings(request: pytest.FixtureRequest) -> Settings:
+    common = {"code_exec_api_key": SecretStr(API_KEY), "run_timeout_seconds": 20}
+    if request.param == "local":
+        return Settings(sandbox_root=request.getfixturevalue("sandbox_root"), **common)
+    fake = request.getfixturevalue("agentcore_fake")
+    return Settings(sandbox_backend="agentcore", agentcore_endpoint_url=fake.url, **common)
+
+
+@pytest.fixture
+def app(backend_settings: Settings) -> FastAPI:
+    return create_app(backend_settings)
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app, headers={"X-API-Key": API_KEY}) as client:
+        yield client
+
+
+def run(client: TestClient, code: str, lang: str = "py", **extra: object) -> dict:
+    reply = client.post("/v1/exec", json={"lang": lang, "code": code, **extra})
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def upload(client: TestClient, name: str, data: bytes, **params: str) -> dict:
+    reply = client.post("/v1/upload", data={"entity_id": "asst_1"}, files={"file": (name, data)}, params=params)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+@pytest.mark.parametrize(
+    ("lang", "code", "stdout"),
+    [
+        ("py", "import sys; print(6 * 7, sys.argv[1:])", "42 ['a b', 'c']\n"),
+        ("js", "console.log(6 * 7, process.argv.slice(2))", "42 [ 'a b', 'c' ]\n"),
+        ("ts", "const n: number = 6 * 7; console.log(n, process.argv.slice(2));", "42 [ 'a b', 'c' ]\n"),
+        ("bash", 'echo "$((6 * 7))" "$1|$2"', "42 a b|c\n"),
+    ],
+)
+def test_each_language_runs_with_its_args(client: TestClient, app: FastAPI, lang: str, code: str, stdout: str) -> None:
+    if lang not in app.state.service.sandboxes.languages:
+        pytest.skip(f"this host lacks the {lang} toolchain")
+    body = run(client, code, lang=lang, args=["a b", "c"])
+    assert (body["stdout"], body["stderr"]) == (stdout, "")
+
+
+def test_a_failing_program_is_a_200_with_its_stderr(client: TestClient) -> None:
+    body = run(client, "raise SystemExit('boom')")
+    assert body["stdout"] == ""
+    assert "boom" in body["stderr"]
+
+
+def test_upload_list_exec_download_byte_for_byte(client: TestClient) -> None:
+    up = upload(client, "blob.bin", BINARY)
+    session = up["session_id"]
+    assert up["files"] == [{"fileId": "blob.bin", "filename": "blob.bin"}]
+
+    listing = client.get(f"/v1/files/{session}", params={"detail": "summary"}).json()
+    assert [(f["name"], f["id"], f["size"]) for f in listing] == [(f"{session}/blob.bin", "blob.bin", len(BINARY))]
+    modified = datetime.fromisoformat(listing[0]["lastModified"].replace("Z", "+00:00"))
+    assert abs(modified.timestamp() - time.time()) < 3600  # the real modification time, not 1970
+
+    code = (
+        "import os\nos.makedirs('out', exist_ok=True)\n"
+        "open('out/rev.bin', 'wb').write(open('blob.bin', 'rb').read()[::-1])"
+    )
+    files = {"id": "blob.bin", "session_id": session, "name": "blob.bin"}
+    body = run(client, code, files=[files])
+    assert body["session_id"] == session
+    assert [f["id"] for f in body["files"]] == ["out/rev.bin"], body  # not the source, not the unchanged input
+
+    assert client.get(f"/v1/download/{session}/blob.bin").content == BINARY
+    assert client.get(f"/v1/download/{session}/out/rev.bin").content == BINARY[::-1]
+    simple = client.get(f"/v1/files/{session}").json()
+    assert simple == [f"{session}/blob.bin", f"{session}/out/rev.bin"]
+
+
+def test_delete_and_unknown_files(client: TestClient) -> None:
+    session = upload(client, "a.txt", b"x")["session_id"]
+    assert client.delete(f"/v1/files/{session}/a.txt").status_code == 200
+    assert client.get(f"/v1/download/{session}/a.txt").status_code == 404
+    assert client.get(f"/v1/files/{session}").json() == []
+
+
+def test_the_time_limit_stops_a_run_with_a_note(backend_settings: Settings) -> None:
+    app = create_app(backend_settings.model_copy(update={"run_timeout_seconds": 1}))
+    body = run(TestClient(app, headers={"X-API-Key": API_KEY}), "sleep 30", lang="bash")
+    assert "exceeded its 1 s time limit" in body["stderr"]
+
+
+def test_the_reaper_ends_idle_sessions_only(client: TestClient, app: FastAPI) -> None:
+    sandboxes = app.state.service.sandboxes
+    session = upload(client, "a.txt", b"x")["session_id"]
+    now = time.time()
+
+    report = reap(sandboxes, idle_timeout=600, clock=lambda: now + 60)
+    assert (report.ended, report.failed) == (0, 0)
+    assert client.get(f"/v1/files/{session}").status_code == 200  # that call touched it again
+
+    report = reap(sandboxes, idle_timeout=600, clock=lambda: time.time() + 601)
+    assert (report.ended, report.failed) == (1, 0)
+    assert client.get(f"/v1/files/{session}").status_code == 404
+    assert list(sandboxes.leases()) == []
