@@ -1,8 +1,17 @@
-"""Who is calling, and for which organization.
+"""Who is calling, and for which organization: the one place auth is resolved, for both
+generations of clients.
 
-The gateway in front does not check credentials: this service does. The key is an opaque
-service key in `X-API-Key`, compared in constant time. With no key configured the service
-FAILS CLOSED: every route but /health answers 401.
+The gateway in front does not check credentials: this service does. Two modes
+(CODE_EXEC_AUTH_MODES), each failing closed when it has nothing configured:
+
+- `key`: an opaque service key in `X-API-Key`, compared in constant time. A bearer token
+  beside it (hanzo.chat forwards the end user's IAM token) names the tenant when token
+  verification is configured; without that configuration the deployment serves one
+  tenant and the bearer is not a credential here.
+- `jwt`: a valid bearer token alone (LibreChat v0.8.6+ sends nothing else).
+
+The organization comes from a verified token or is the deployment's (CODE_EXEC_ORG), never
+from the request body. A token that is present but not valid is a 401, never a fall-back.
 """
 
 from __future__ import annotations
@@ -10,26 +19,77 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Mapping
 
+from .settings import Settings
+from .tokens import InvalidToken, TokenVerifier
+
 
 class Unauthorized(Exception):
     pass
 
 
 class Authenticator:
-    def __init__(self, api_key: Callable[[], str | None], org: str) -> None:
+    def __init__(
+        self,
+        api_key: Callable[[], str | None],
+        org: str,
+        modes: frozenset[str] = frozenset({"key"}),
+        tokens: TokenVerifier | None = None,
+    ) -> None:
         # A callable, so a deployment can read the key from a secret store lazily, once.
         self._api_key = api_key
         self._org = org
+        self._modes = modes
+        self._tokens = tokens
 
-    def configured(self) -> bool:
-        return bool(self._api_key())
+    def status(self) -> str:
+        """For /health: what this deployment accepts, or why it accepts nothing."""
+        accepted = []
+        if "key" in self._modes and self._api_key():
+            accepted.append("X-API-Key" + (" (+ tenant bearer token)" if self._tokens else ""))
+        if "jwt" in self._modes and self._tokens:
+            accepted.append("bearer token")
+        return "accepts " + " or ".join(accepted) if accepted else "nothing configured: every route answers 401"
 
     def org_for(self, headers: Mapping[str, str]) -> str:
         """The organization the caller's sessions belong to, or Unauthorized."""
+        token = _bearer(headers)
+        if "key" in self._modes and headers.get("x-api-key"):
+            self._check_key(headers["x-api-key"])
+            return self._tenant(token) if token is not None and self._tokens else self._org
+        if "jwt" in self._modes and token is not None:
+            return self._tenant(token)
+        wanted = [name for mode, name in (("key", "X-API-Key"), ("jwt", "a bearer token")) if mode in self._modes]
+        raise Unauthorized("missing credentials: send " + " or ".join(wanted))
+
+    def _check_key(self, given: str) -> None:
         expected = self._api_key()
         if not expected:
             raise Unauthorized("the service has no API key configured (CODE_EXEC_API_KEY)")
-        given = headers.get("x-api-key", "")
         if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise Unauthorized("missing or wrong X-API-Key")
-        return self._org
+            raise Unauthorized("wrong X-API-Key")
+
+    def _tenant(self, token: str) -> str:
+        if self._tokens is None:
+            raise Unauthorized("the service verifies no bearer tokens (CODE_EXEC_JWT_JWKS_URL is not set)")
+        try:
+            return self._tokens.org_for(token)
+        except InvalidToken as exc:
+            raise Unauthorized(str(exc)) from exc
+
+
+def make_authenticator(settings: Settings, api_key: Callable[[], str | None]) -> Authenticator:
+    tokens = None
+    if settings.code_exec_jwt_jwks_url:
+        tokens = TokenVerifier(
+            settings.code_exec_jwt_jwks_url,
+            settings.code_exec_jwt_issuer or "",
+            settings.code_exec_jwt_audience or "",
+            settings.code_exec_jwt_org_claim,
+            settings.code_exec_jwt_algorithms,
+        )
+    return Authenticator(api_key, settings.code_exec_org, settings.code_exec_auth_modes, tokens)
+
+
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else None

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# G2's resource kinds. Sessions here belong to an organization, not to a resource, so a
+# kind selects nothing; it is echoed back so the client keeps its own bookkeeping.
+Kind = Literal["skill", "agent", "user"]
 
 
 class FileRef(BaseModel):
@@ -18,6 +24,10 @@ class FileRef(BaseModel):
     name: str | None = None
     session_id: str | None = None
     storage_session_id: str | None = None
+    # G2 (@librechat/agents 3.2+) also sends the resource that owns the file.
+    resource_id: str | None = None
+    kind: Kind | None = None
+    version: int | None = None
 
     @property
     def home_session(self) -> str | None:
@@ -44,12 +54,24 @@ class ExecRequest(BaseModel):
         # The hosted API's spec types args as a string; the clients send a list.
         return [value] if isinstance(value, str) else value
 
+    @property
+    def lists_inherited(self) -> bool:
+        """G2 clients (their file refs carry a `kind`) expect unchanged inputs echoed back
+        marked `inherited`, so they can tell them from outputs; G1 clients list no inputs."""
+        return any(ref.kind for ref in self.files)
+
 
 class OutputFile(BaseModel):
     id: str
     name: str
     session_id: str
     storage_session_id: str  # both spellings, so either kind of client finds it
+    # G2 only, and only on an unchanged input echoed back: the input's own ref. The exec
+    # route leaves out what is None, so a G1 reply is exactly what it always was.
+    resource_id: str | None = None
+    kind: Kind | None = None
+    version: int | None = None
+    inherited: Literal[True] | None = None
 
 
 class ExecReply(BaseModel):
@@ -66,5 +88,21 @@ class UploadedFile(BaseModel):
 
 class UploadReply(BaseModel):
     message: str = "success"  # the client checks this before it reads anything else
-    session_id: str
+    session_id: str  # G1 reads this spelling,
+    storage_session_id: str  # G2 this one
     files: list[UploadedFile]
+
+
+class BatchUploadedFile(UploadedFile):
+    status: Literal["success"] = "success"  # a batch here stores every file or none
+
+
+class BatchUploadReply(BaseModel):
+    """POST /v1/upload/batch: LibreChat keeps the files whose status is "success"."""
+
+    message: str = "success"
+    session_id: str
+    storage_session_id: str
+    files: list[BatchUploadedFile]
+    succeeded: int
+    failed: int = 0
