@@ -1,0 +1,204 @@
+"""The Lambda handlers, invoked with the sample events of events/ (HTTP API payload 2.0 and
+the reaper's schedule), on the local backend."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from codeexec.sandbox.port import BackendUnavailable
+from codeexec.settings import get_settings
+
+from .lambda_events import (
+    EVENTS,
+    SAM_LOCAL_KEY,
+    SAMPLE_SESSION,
+    Context,
+    body_of,
+    cold_start,
+    json_of,
+    load_event,
+    printed,
+)
+
+CSV = b"fruit,count\napple,3\npear,4\n"  # what events/upload.json uploads
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, sandbox_root: Path) -> Iterator[dict]:
+    monkeypatch.delenv("CODE_EXEC_API_KEY_SECRET_ARN", raising=False)
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
+    yield {
+        "SANDBOX_BACKEND": "local",
+        "SANDBOX_ROOT": str(sandbox_root),
+        "CODE_EXEC_API_KEY": SAM_LOCAL_KEY,
+        "RUN_TIMEOUT_SECONDS": "20",
+        "POWERTOOLS_METRICS_NAMESPACE": "codeexec-test",
+    }
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch, env: dict) -> ModuleType:
+    return cold_start(monkeypatch, "handlers.api", env)
+
+
+def call(api: ModuleType, name: str, replace: dict[str, str] | None = None) -> dict[str, Any]:
+    return api.handler(load_event(name, replace), Context())
+
+
+def upload(api: ModuleType) -> str:
+    reply = call(api, "upload")
+    assert reply["statusCode"] == 200, reply
+    return json_of(reply)["session_id"]
+
+
+def test_health(api: ModuleType) -> None:
+    reply = call(api, "health")
+    assert reply["statusCode"] == 200
+    assert json_of(reply)["backend"] == "local"
+
+
+def test_a_session_through_every_route(api: ModuleType) -> None:
+    reply = call(api, "upload")
+    assert reply["statusCode"] == 200
+    body = json_of(reply)
+    session = body["session_id"]
+    assert (body["message"], body["files"]) == ("success", [{"fileId": "data.csv", "filename": "data.csv"}])
+    in_session = {SAMPLE_SESSION: session}
+
+    listing = call(api, "files", in_session)
+    assert listing["statusCode"] == 200
+    [entry] = json_of(listing)
+    assert (entry["name"], entry["id"], entry["size"]) == (f"{session}/data.csv", "data.csv", len(CSV))
+
+    csv = call(api, "download", {**in_session, "chart.png": "data.csv"})
+    assert csv["statusCode"] == 200
+    assert body_of(csv) == CSV
+    assert csv["headers"]["content-disposition"] == 'attachment; filename="data.csv"'
+
+    # The run finds the upload through its file reference and lands in that session.
+    run = call(api, "exec", in_session)
+    assert run["statusCode"] == 200
+    result = json_of(run)
+    assert (result["session_id"], result["stdout"], result["stderr"]) == (session, "7\n", "")
+    assert [f["id"] for f in result["files"]] == ["chart.png"]
+
+    chart = call(api, "download", in_session)
+    assert chart["statusCode"] == 200
+    assert chart["headers"]["content-type"] == "image/png"
+    assert chart["isBase64Encoded"] is True  # binary bodies travel base64-encoded through API Gateway
+    assert body_of(chart).startswith(PNG_SIGNATURE)
+
+    assert call(api, "delete-file", in_session)["statusCode"] == 200
+    assert [f["id"] for f in json_of(call(api, "files", in_session))] == ["chart.png"]
+
+
+def test_a_g2_session_through_its_routes(api: ModuleType) -> None:
+    reply = call(api, "upload-batch")
+    assert reply["statusCode"] == 200
+    body = json_of(reply)
+    session = body["storage_session_id"]
+    assert ([f["fileId"] for f in body["files"]], body["succeeded"]) == (["data.csv", "helper.py"], 2)
+    in_session = {SAMPLE_SESSION: session}
+
+    info = call(api, "object", in_session)
+    assert info["statusCode"] == 200
+    assert {k: json_of(info)[k] for k in ("name", "size")} == {"name": f"{session}/data.csv", "size": len(CSV)}
+
+    assert call(api, "delete-object", in_session)["statusCode"] == 200
+    assert call(api, "object", in_session)["statusCode"] == 404
+
+
+def test_the_sample_session_is_unknown_here(api: ModuleType) -> None:
+    reply = call(api, "files")
+    assert reply["statusCode"] == 404
+    assert json_of(reply)["error"] == "Session not found"
+
+
+def test_a_wrong_key_is_401(api: ModuleType) -> None:
+    reply = call(api, "upload", {SAM_LOCAL_KEY: "not-the-key"})
+    assert reply["statusCode"] == 401
+    assert json_of(reply)["error"] == "Unauthorized"
+
+
+def test_a_response_too_large_for_lambda_is_a_413(api: ModuleType) -> None:
+    session = upload(api)
+    event = load_event("exec", {SAMPLE_SESSION: session})
+    code = "import os; open('big.bin', 'wb').write(os.urandom(5_000_000))"
+    event["body"] = json.dumps({"lang": "py", "code": code, "session_id": session})
+    assert api.handler(event, Context())["statusCode"] == 200
+    reply = call(api, "download", {SAMPLE_SESSION: session, "chart.png": "big.bin"})
+    assert reply["statusCode"] == 413
+    assert json_of(reply)["error"] == "Payload too large"
+
+
+def test_logs_carry_the_request_id_and_no_body_or_key(api: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    session = upload(api)
+    event = load_event("exec", {SAMPLE_SESSION: session})
+    api.handler(event, Context())
+    out = capsys.readouterr().out
+    logs, _ = printed(out)
+    answered = [line for line in logs if line["message"] == "answered"]
+    assert answered[-1]["correlation_id"] == event["requestContext"]["requestId"]
+    assert (answered[-1]["route"], answered[-1]["status"]) == ("POST /v1/exec", 200)
+    for secret in (SAM_LOCAL_KEY, "csv.DictReader", "apple,3"):
+        assert secret not in out
+
+
+def test_metrics_count_runs_and_failures(
+    api: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = upload(api)
+    call(api, "exec", {SAMPLE_SESSION: session})
+    _, metrics = printed(capsys.readouterr().out)
+    assert (metrics[-1]["Runs"], metrics[-1]["Failures"]) == (1, 0)
+
+    def unavailable(org: str) -> None:
+        raise BackendUnavailable("the backend is down")
+
+    monkeypatch.setattr(api.asgi.app.state.service.sandboxes, "create", unavailable)
+    assert call(api, "upload")["statusCode"] == 503
+    _, metrics = printed(capsys.readouterr().out)
+    assert metrics[-1]["Failures"] == 1
+    assert "Runs" not in metrics[-1]
+
+
+def test_the_local_backend_refuses_to_start_inside_lambda(monkeypatch: pytest.MonkeyPatch, env: dict) -> None:
+    with pytest.raises(RuntimeError, match="refuses to run inside AWS Lambda"):
+        cold_start(monkeypatch, "handlers.api", {**env, "AWS_LAMBDA_FUNCTION_NAME": "codeexec-ApiFunction"})
+
+
+def test_the_reaper_ends_idle_sessions_only(
+    api: ModuleType, monkeypatch: pytest.MonkeyPatch, env: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    session = upload(api)
+    schedule = load_event("reaper")
+
+    reaper = cold_start(monkeypatch, "handlers.reaper", env)
+    assert reaper.handler(schedule, Context()) == {"seen": 1, "ended": 0, "skipped": 0, "failed": 0}
+    assert call(api, "files", {SAMPLE_SESSION: session})["statusCode"] == 200
+
+    reaper = cold_start(monkeypatch, "handlers.reaper", {**env, "IDLE_TIMEOUT_SECONDS": "0"})
+    capsys.readouterr()
+    assert reaper.handler(schedule, Context())["ended"] == 1
+    assert call(api, "files", {SAMPLE_SESSION: session})["statusCode"] == 404
+
+    logs, metrics = printed(capsys.readouterr().out)
+    [reaped] = [m for m in metrics if "SessionsReaped" in m]
+    assert (reaped["SessionsReaped"], reaped["ReapFailures"]) == (1, 0)
+    passes = [line for line in logs if line["message"].startswith("reaper pass")]
+    assert passes[-1]["correlation_id"] == schedule["executionId"]
+
+
+def test_every_sample_event_is_exercised() -> None:
+    exercised = {"health", "upload", "files", "download", "exec", "delete-file"}
+    exercised |= {"upload-batch", "object", "delete-object", "reaper", "env"}
+    assert {p.stem for p in EVENTS.glob("*.json")} == exercised, "a new sample event needs a test here"
+

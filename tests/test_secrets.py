@@ -1,0 +1,69 @@
+"""The service key from AWS Secrets Manager (moto, in-process): read once per cold start."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from codeexec.settings import get_settings
+
+from .lambda_events import SAM_LOCAL_KEY, Context, cold_start, load_event
+
+KEY = "key-from-secrets-manager-0123456789"
+ROTATED = "rotated-key-9876543210"
+
+
+@pytest.fixture
+def secret_arn(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    with mock_aws():
+        yield boto3.client("secretsmanager").create_secret(Name="codeexec-key", SecretString=KEY)["ARN"]
+
+
+@pytest.fixture
+def env(secret_arn: str, sandbox_root: Path) -> Iterator[dict[str, str]]:
+    yield {
+        "CODE_EXEC_API_KEY_SECRET_ARN": secret_arn,
+        "CODE_EXEC_API_KEY": "",  # as the template declares it
+        "SANDBOX_BACKEND": "local",
+        "SANDBOX_ROOT": str(sandbox_root),
+        "POWERTOOLS_METRICS_NAMESPACE": "codeexec-test",
+    }
+    get_settings.cache_clear()
+
+
+def upload_with(api: ModuleType, key: str) -> int:
+    reply = api.handler(load_event("upload", {SAM_LOCAL_KEY: key}), Context())
+    return reply["statusCode"]
+
+
+def test_the_key_comes_from_the_secret(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    api = cold_start(monkeypatch, "handlers.api", env)
+    assert upload_with(api, KEY) == 200
+    assert upload_with(api, "wrong-key") == 401
+    assert upload_with(api, SAM_LOCAL_KEY) == 401
+    assert KEY not in capsys.readouterr().out
+
+
+def test_the_secret_is_read_once_per_cold_start(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    api = cold_start(monkeypatch, "handlers.api", env)
+    assert upload_with(api, KEY) == 200
+    boto3.client("secretsmanager").put_secret_value(SecretId=env["CODE_EXEC_API_KEY_SECRET_ARN"], SecretString=ROTATED)
+
+    # Later requests of the same environment use the key it read, not a fresh read.
+    assert upload_with(api, KEY) == 200
+    assert upload_with(api, ROTATED) == 401
+
+    api = cold_start(monkeypatch, "handlers.api", env)
+    assert upload_with(api, ROTATED) == 200
+    assert upload_with(api, KEY) == 401
