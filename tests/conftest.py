@@ -19,6 +19,8 @@ from pydantic import SecretStr
 from codeexec.app import create_app
 from codeexec.settings import Settings
 
+from .fakes.agentcore import RunningFake
+
 API_KEY = "test-key-0123456789"
 
 
@@ -72,3 +74,24 @@ def live_server(app: FastAPI) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}/v1"
     server.should_exit = True
     thread.join(timeout=10)
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake AWS credentials and a region, and no profile or config file: no test reaches AWS."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture
+def agentcore_fake(aws_env: None, tmp_path: Path) -> Iterator[RunningFake]:
+    """The AgentCore data-plane fake, served on 127.0.0.1."""
+    with RunningFake(tmp_path / "agentcore") as running:
+        yield running

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 from . import ids
 from .languages import LANGUAGES
-from .sandbox.port import FileInfo, FileNotFound, Sandbox, Sandboxes, SessionNotFound
+from .sandbox.port import Exclusive, FileInfo, FileNotFound, Sandbox, Sandboxes, SessionNotFound, TooLarge
 from .wire import ExecReply, ExecRequest, FileRef, OutputFile
 
 
@@ -21,24 +22,41 @@ class UnknownLanguage(ValueError):
     pass
 
 
-def run(sandboxes: Sandboxes, org: str, request: ExecRequest, timeout: float) -> ExecReply:
+def run(
+    sandboxes: Sandboxes, org: str, request: ExecRequest, timeout: float, max_files: int | None = None
+) -> ExecReply:
     language = LANGUAGES.get(request.lang)
     if language is None or request.lang not in sandboxes.languages:
         raise UnknownLanguage(request.lang)
     with _lease(sandboxes, org, request) as sandbox:
-        notes = _copy_inputs(sandboxes, org, sandbox, request.files)
-        before = _snapshot(sandbox.list_files())
-        result = sandbox.run(language.argv(request.args), {language.source: request.code.encode()}, timeout)
-        written = [f for f in sandbox.list_files() if before.get(f.path) != _stamp(f)]
+        notes, placed = _copy_inputs(sandboxes, org, sandbox, request.files)
+        with _exclusive(sandbox):
+            before = _snapshot(sandbox.list_files())
+            source = language.source_name(request.code)
+            argv = language.argv(source, request.args)
+            result = sandbox.run(argv, {source: request.code.encode()}, language.timeout(timeout))
+            after = sandbox.list_files()
+    written = [f for f in after if before.get(f.path) != _stamp(f)]
+    files = [_output(sandbox.id, f) for f in sorted(written, key=lambda f: f.path)]
+    if request.lists_inherited:
+        files += _inherited(placed, before, after, sandbox.id)
+    limit_notes = list(result.notes)
+    if max_files is not None and len(files) > max_files:
+        limit_notes.append(f"Listed {max_files} of {len(files)} files; all of them are in the session's file list.")
+        files = files[:max_files]
     stderr = "".join(f"{note}\n" for note in notes) + result.stderr
-    if result.notes:
-        stderr += ("\n" if stderr and not stderr.endswith("\n") else "") + "\n".join(result.notes) + "\n"
+    if limit_notes:
+        stderr += ("\n" if stderr and not stderr.endswith("\n") else "") + "\n".join(limit_notes) + "\n"
     return ExecReply(
         session_id=sandbox.id,
         stdout=result.stdout,
         stderr=stderr,
-        files=[_output(sandbox.id, f) for f in sorted(written, key=lambda f: f.path)],
+        files=files,
     )
+
+
+def _exclusive(sandbox: Sandbox) -> AbstractContextManager[None]:
+    return sandbox.exclusive() if isinstance(sandbox, Exclusive) else contextlib.nullcontext()
 
 
 def end(sandboxes: Sandboxes, session_id: str) -> None:
@@ -67,20 +85,27 @@ def _enter_first_alive(
     return stack.enter_context(sandboxes.create(org))
 
 
-def _copy_inputs(sandboxes: Sandboxes, org: str, sandbox: Sandbox, refs: list[FileRef]) -> list[str]:
-    """Bring every input into the run's session. An input that cannot be found is named
-    in the reply, never silently skipped: a missing CSV must not look like an empty one."""
-    notes = []
+def _copy_inputs(
+    sandboxes: Sandboxes, org: str, sandbox: Sandbox, refs: list[FileRef]
+) -> tuple[list[str], list[tuple[FileRef, str]]]:
+    """Bring every input into the run's session: the notes for the reply, and where each
+    input now is. An input that cannot be found is named in the reply, never silently
+    skipped: a missing CSV must not look like an empty one."""
+    notes: list[str] = []
+    placed: list[tuple[FileRef, str]] = []
     for ref in refs:
         try:
-            _copy_one(sandboxes, org, sandbox, ref)
+            placed.append((ref, _copy_one(sandboxes, org, sandbox, ref)))
         except (SessionNotFound, FileNotFound, ids.BadFileId):
             name = ref.name or ref.id
             notes.append(f'File "{name}" is not available: its session has ended or is not yours.')
-    return notes
+        except TooLarge as exc:
+            notes.append(f'File "{ref.name or ref.id}" was not copied: {exc}.')
+    return notes, placed
 
 
-def _copy_one(sandboxes: Sandboxes, org: str, sandbox: Sandbox, ref: FileRef) -> None:
+def _copy_one(sandboxes: Sandboxes, org: str, sandbox: Sandbox, ref: FileRef) -> str:
+    """Place one input in the run's session; returns the path it has there."""
     source_path = ids.file_path(ref.id)
     target_path = ids.upload_name(ref.name) if ref.name else source_path
     home = ref.home_session
@@ -89,13 +114,14 @@ def _copy_one(sandboxes: Sandboxes, org: str, sandbox: Sandbox, ref: FileRef) ->
         # extension (3.1.x: id "out" for "out.txt"), so the name counts as much as the id.
         with contextlib.suppress(FileNotFound):
             sandbox.open_file(target_path)[0].close()
-            return
+            return target_path
         _copy_file(sandbox, source_path, sandbox, target_path)
-        return
+        return target_path
     if not sandboxes.is_session_id(home):
         raise SessionNotFound(home)
     with sandboxes.open(org, home) as source:
         _copy_file(source, source_path, sandbox, target_path)
+    return target_path
 
 
 def _copy_file(source: Sandbox, source_path: str, target: Sandbox, target_path: str) -> None:
@@ -115,3 +141,26 @@ def _snapshot(found: list[FileInfo]) -> dict[str, tuple[int, int]]:
 def _output(session_id: str, f: FileInfo) -> OutputFile:
     name = f.path.rsplit("/", 1)[-1]
     return OutputFile(id=f.path, name=name, session_id=session_id, storage_session_id=session_id)
+
+
+def _inherited(
+    placed: list[tuple[FileRef, str]], before: dict[str, tuple[int, int]], after: list[FileInfo], session_id: str
+) -> list[OutputFile]:
+    """The inputs the run left as they were, echoed back as the client's own refs, so it
+    can tell them from what the run made (and skip storing them again)."""
+    unchanged = {f.path for f in after if before.get(f.path) == _stamp(f)}
+    return [_echo(ref, session_id) for ref, path in placed if path in unchanged]
+
+
+def _echo(ref: FileRef, session_id: str) -> OutputFile:
+    home = ref.home_session or session_id
+    return OutputFile(
+        id=ref.id,
+        name=ref.name or ref.id,
+        session_id=home,
+        storage_session_id=home,
+        resource_id=ref.resource_id,
+        kind=ref.kind,
+        version=ref.version,
+        inherited=True,
+    )

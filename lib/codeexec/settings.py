@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
 
-from pydantic import SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -21,6 +22,15 @@ class Settings(BaseSettings):
     code_exec_api_key: SecretStr | None = None
     # The organization sessions belong to when the caller names no tenant.
     code_exec_org: str = "default"
+    # Comma lists. `key`: X-API-Key (a bearer beside it names the tenant). `jwt`: a valid
+    # bearer token alone authenticates. A mode with nothing configured serves nothing.
+    code_exec_auth_modes: Annotated[frozenset[Literal["key", "jwt"]], NoDecode] = frozenset({"key"})
+    # Bearer tokens (README: "Tenant tokens (OIDC)"): verified when a key set is configured.
+    code_exec_jwt_jwks_url: str | None = None  # https:// or file:// (http:// only on loopback)
+    code_exec_jwt_issuer: str | None = None
+    code_exec_jwt_audience: str | None = None
+    code_exec_jwt_org_claim: str = "tenant_id"  # the claim LibreChat (v0.8.6+) puts its tenant in
+    code_exec_jwt_algorithms: Annotated[frozenset[str], NoDecode] = frozenset({"RS256", "ES256", "EdDSA"})
 
     sandbox_backend: Literal["local", "agentcore"] = "local"
     # local backend: one directory per session under here.
@@ -28,6 +38,9 @@ class Settings(BaseSettings):
     # The host uid/gid a sandboxed program runs as when the service runs as root.
     sandbox_uid: int = 65534
     sandbox_gid: int = 65534
+    # agentcore backend (the region comes from AWS_REGION, as for any AWS client).
+    agentcore_code_interpreter_id: str = "aws.codeinterpreter.v1"
+    agentcore_endpoint_url: str | None = None  # another endpoint, such as a local fake
 
     lease_ttl_seconds: int = 86_400  # LibreChat re-uploads files older than 23 hours
     idle_timeout_seconds: int = 3_600
@@ -37,6 +50,49 @@ class Settings(BaseSettings):
     run_timeout_seconds: float = 30.0
     max_output_bytes: int = 1_048_576  # each of stdout and stderr
     max_upload_bytes: int = 5_242_880  # under API Gateway's and Lambda's 6 MB cap
+    # Files listed in one exec reply; the rest stay in the session and in its listing.
+    max_files_per_run: int = 100
+    # local backend limits (README: "Isolation and limits").
+    run_cpu_seconds: int = 30  # CPU time of each process of a run
+    # A whole run's memory (a cgroup), or each process's address space where the host has
+    # no memory cgroup. Also the size of each of the run's RAM disks, /tmp and /dev/shm.
+    run_memory_bytes: int = 1_073_741_824
+    # Processes and threads of a whole run (a cgroup), or of the sandbox uid (RLIMIT_NPROC).
+    run_max_processes: int = 256
+    max_file_bytes: int = 104_857_600  # one file a run writes
+    max_session_bytes: int = 1_073_741_824  # all of a session's files together
+    # Use cgroups where the host offers them; false leaves rlimits alone to hold.
+    sandbox_cgroups: bool = True
+
+    @field_validator("code_exec_auth_modes", "code_exec_jwt_algorithms", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        return frozenset(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else value
+
+    @field_validator("code_exec_jwt_algorithms")
+    @classmethod
+    def _asymmetric_only(cls, value: frozenset[str]) -> frozenset[str]:
+        # `none` checks nothing, and an HMAC algorithm would take the public key as its secret.
+        refused = {a for a in value if a.lower() == "none" or a.upper().startswith("HS")}
+        if refused or not value:
+            raise ValueError(f"CODE_EXEC_JWT_ALGORITHMS must list asymmetric algorithms only; refused: {refused}")
+        return value
+
+    @field_validator("code_exec_jwt_jwks_url")
+    @classmethod
+    def _key_set_url(cls, value: str | None) -> str | None:
+        url = urlsplit(value or "")
+        loopback = url.scheme == "http" and url.hostname in ("127.0.0.1", "localhost", "::1")
+        if value and url.scheme not in ("https", "file") and not loopback:
+            raise ValueError("CODE_EXEC_JWT_JWKS_URL must be an https:// or file:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _issuer_and_audience_with_keys(self) -> Self:
+        # A key set alone would accept any token it signed, for any service: refuse to start.
+        if self.code_exec_jwt_jwks_url and not (self.code_exec_jwt_issuer and self.code_exec_jwt_audience):
+            raise ValueError("CODE_EXEC_JWT_JWKS_URL needs CODE_EXEC_JWT_ISSUER and CODE_EXEC_JWT_AUDIENCE")
+        return self
 
 
 @lru_cache(maxsize=1)
