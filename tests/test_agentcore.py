@@ -292,6 +292,7 @@ def test_throttling_is_a_503_with_retry_after(
     reply = fake_client.get(f"/v1/files/{session}")
     assert reply.status_code == 503
     assert reply.headers["Retry-After"] == "2"
+    assert reply.json()["retry_after_seconds"] == 2  # what the G2 client reads
 
 
 def test_a_vanished_session_is_a_404(fake_client: TestClient, agentcore_fake: RunningFake) -> None:

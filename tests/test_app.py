@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 from fastapi.testclient import TestClient
 
 from .conftest import API_KEY
@@ -213,3 +216,29 @@ def test_another_orgs_session_is_a_404(settings, sandbox_root, client: TestClien
     ref = {"id": "mine.txt", "session_id": session}
     body = other.post("/v1/exec", json={"lang": "py", "code": "print(1)", "files": [ref]}).json()
     assert "is not available" in body["stderr"]
+
+
+def test_chunked_upload_without_a_length_stops_at_the_limit(app, settings) -> None:
+    # Straight through ASGI: the test client would buffer the whole body before the app
+    # saw it, hiding how much the service actually reads.
+    chunk = b"x" * (1 << 16)
+    head = b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="big.bin"\r\n\r\n'
+    handed_out = 0
+    replies: list[dict] = []
+
+    async def receive() -> dict:
+        nonlocal handed_out
+        handed_out += 1
+        body = head if handed_out == 1 else chunk
+        return {"type": "http.request", "body": body, "more_body": handed_out < 1000}  # 64 MB in all
+
+    async def send(message: dict) -> None:
+        replies.append(message)
+
+    headers = [(b"content-type", b"multipart/form-data; boundary=XyZ"), (b"x-api-key", API_KEY.encode())]
+    scope = {"type": "http", "method": "POST", "path": "/v1/upload", "headers": headers, "query_string": b"",
+             "http_version": "1.1", "scheme": "http", "server": ("test", 80), "client": ("test", 1), "root_path": ""}
+    asyncio.run(app(scope, receive, send))
+    assert replies[0]["status"] == 413
+    assert json.loads(replies[1]["body"])["error"] == "Payload too large"
+    assert handed_out * len(chunk) < 2 * settings.max_upload_bytes  # it stopped reading at the limit

@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
+from starlette.types import Message, Receive
 
 from . import ids, interpreter
 from .auth import Authenticator, Unauthorized, make_authenticator
@@ -135,15 +136,31 @@ async def receive_upload(request: Request, service: Service, org: str) -> Upload
     """Both generations' uploads, one file or a batch. G2's `kind`/`id`/`version` fields
     select nothing here: a session belongs to the organization (see wire.Kind)."""
     limit = service.settings.max_upload_bytes
-    declared = int(request.headers.get("content-length") or 0)
-    if declared > limit + 65_536:  # room for the multipart framing around the file
+    body_limit = limit + 65_536  # room for the multipart framing around the file
+    if int(request.headers.get("content-length") or 0) > body_limit:
         raise TooLarge(f"the upload is larger than the {limit} byte limit")
-    form = await request.form()
+    # A chunked body declares no length: count it as it arrives, so an endless one stops
+    # at the limit instead of filling the parser's spool files.
+    form = await Request(request.scope, _capped(request.receive, body_limit, limit)).form()
     parts = [p for p in form.getlist("file") + form.getlist("files") if isinstance(p, UploadFile)]
     if not parts:
         raise ids.BadFileId("the form has no file part (named 'file' or 'files')")
     session_id = form.get("session_id") or request.query_params.get("session_id")
     return await run_in_threadpool(_upload, service, org, str(session_id or "") or None, parts)
+
+
+def _capped(receive: Receive, body_limit: int, limit: int) -> Receive:
+    received = 0
+
+    async def capped_receive() -> Message:
+        nonlocal received
+        message = await receive()
+        received += len(message.get("body", b""))
+        if received > body_limit:
+            raise TooLarge(f"the upload is larger than the {limit} byte limit")
+        return message
+
+    return capped_receive
 
 
 def remove_file(service: Service, org: str, session_id: str, file_id: str) -> str:
@@ -207,8 +224,10 @@ def summary(session_id: str, f: FileInfo, full: bool) -> dict[str, Any]:
     return item
 
 
-def _error(status: int, error: str, details: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": error, "details": details}, status_code=status, headers=headers)
+def _error(
+    status: int, error: str, details: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    return JSONResponse({"error": error, "details": details, **extra}, status_code=status, headers=headers)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -236,8 +255,11 @@ def _handler(to_response: Callable[[Exception], JSONResponse]) -> Callable[[Requ
 
 def _unavailable(exc: Exception) -> JSONResponse:
     retry = getattr(exc, "retry_after", None)
-    headers = {"Retry-After": str(retry)} if retry else None
-    return _error(503, "Sandbox backend unavailable", str(exc), headers)
+    if not retry:
+        return _error(503, "Sandbox backend unavailable", str(exc))
+    # The hint twice: the header for HTTP clients, the body field the G2 client reads.
+    headers = {"Retry-After": str(retry)}
+    return _error(503, "Sandbox backend unavailable", str(exc), headers, retry_after_seconds=retry)
 
 
 def _internal_error(request: Request, exc: Exception) -> JSONResponse:
