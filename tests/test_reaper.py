@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -19,6 +23,7 @@ from codeexec.settings import Settings
 from codeexec.wire import ExecRequest
 
 HOUR = 3600.0
+PROJECT = Path(__file__).parent.parent
 
 
 @pytest.fixture
@@ -170,3 +175,52 @@ def test_embedded_server_reaps_on_a_timer(settings: Settings) -> None:
     finally:
         stop.set()
     assert list(sandboxes.leases()) == []
+
+
+REAPER_INVOCATION = """
+import json, sys
+from tests.lambda_events import Context
+import handlers.reaper
+print(json.dumps(handlers.reaper.handler(json.load(open("events/reaper.json")), Context())))
+"""
+
+
+def test_the_reaper_function_ends_an_api_session_from_outside(settings: Settings) -> None:
+    """The service on loopback leases a session; the reaper function, in a process of its
+    own sharing only SANDBOX_ROOT, ends it once its TTL is over; the API then answers 404."""
+    import httpx
+    import uvicorn
+
+    from codeexec.app import create_app
+
+    from .conftest import API_KEY, free_port
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings.model_copy(update={"lease_ttl_seconds": 1})), port=port, log_level="error")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.02)
+        base, headers = f"http://127.0.0.1:{port}/v1", {"X-API-Key": API_KEY}
+        session = httpx.post(f"{base}/upload", files={"file": ("a.txt", b"a")}, headers=headers).json()["session_id"]
+        time.sleep(1.2)  # past the 1 s TTL
+        env = {
+            "PATH": os.environ["PATH"],
+            "SANDBOX_ROOT": str(settings.sandbox_root),
+            "LEASE_TTL_SECONDS": "1",
+            "IDLE_TIMEOUT_SECONDS": "3600",
+            "POWERTOOLS_METRICS_NAMESPACE": "codeexec",  # what template.yaml sets
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", REAPER_INVOCATION], env=env, cwd=PROJECT, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        assert (report["seen"], report["ended"]) == (1, 1)
+        assert httpx.get(f"{base}/files/{session}", headers=headers).status_code == 404
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
