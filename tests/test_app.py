@@ -7,20 +7,8 @@ import json
 
 from fastapi.testclient import TestClient
 
+from .calls import run, upload
 from .conftest import API_KEY
-
-
-def run(client: TestClient, code: str, lang: str = "py", **extra: object) -> dict:
-    reply = client.post("/v1/exec", json={"lang": lang, "code": code, **extra})
-    assert reply.status_code == 200, reply.text
-    return reply.json()
-
-
-def upload(client: TestClient, name: str, data: bytes, **params: str) -> dict:
-    # LibreChat's order: entity_id first, then the file part.
-    reply = client.post("/v1/upload", data={"entity_id": "asst_1"}, files={"file": (name, data)}, params=params)
-    assert reply.status_code == 200, reply.text
-    return reply.json()
 
 
 def test_health_needs_no_key(app) -> None:

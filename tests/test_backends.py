@@ -16,6 +16,7 @@ from codeexec.app import create_app
 from codeexec.reaper import reap
 from codeexec.settings import Settings
 
+from .calls import run, upload
 from .conftest import API_KEY
 
 BINARY = bytes(range(256)) * 40 + b"\r\n\x00\xff"
@@ -39,18 +40,6 @@ def app(backend_settings: Settings) -> FastAPI:
 def client(app: FastAPI) -> Iterator[TestClient]:
     with TestClient(app, headers={"X-API-Key": API_KEY}) as client:
         yield client
-
-
-def run(client: TestClient, code: str, lang: str = "py", **extra: object) -> dict:
-    reply = client.post("/v1/exec", json={"lang": lang, "code": code, **extra})
-    assert reply.status_code == 200, reply.text
-    return reply.json()
-
-
-def upload(client: TestClient, name: str, data: bytes, **params: str) -> dict:
-    reply = client.post("/v1/upload", data={"entity_id": "asst_1"}, files={"file": (name, data)}, params=params)
-    assert reply.status_code == 200, reply.text
-    return reply.json()
 
 
 @pytest.mark.parametrize(

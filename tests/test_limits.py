@@ -21,6 +21,7 @@ from codeexec.sandbox import cgroups
 from codeexec.sandbox.limits import Limits
 from codeexec.settings import Settings
 
+from .calls import run
 from .conftest import API_KEY
 from .test_security import host_processes_with
 
@@ -47,12 +48,6 @@ def settings(sandbox_root: Path) -> Settings:
         max_session_bytes=4 << 20,
         max_files_per_run=3,
     )
-
-
-def run(client: TestClient, code: str, lang: str = "py", **extra: object) -> dict:
-    reply = client.post("/v1/exec", json={"lang": lang, "code": code, **extra})
-    assert reply.status_code == 200, reply.text
-    return reply.json()
 
 
 def test_every_limit_has_a_default_a_setting_and_a_readme_row(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,6 +17,7 @@ from pydantic import SecretStr
 
 from codeexec.settings import Settings
 
+from .calls import run
 from .conftest import API_KEY
 
 
@@ -33,12 +34,6 @@ def settings(sandbox_root: Path) -> Settings:
         max_file_bytes=1 << 20,
         max_session_bytes=8 << 20,
     )
-
-
-def run(client: TestClient, code: str, lang: str = "py", **extra: object) -> dict:
-    reply = client.post("/v1/exec", json={"lang": lang, "code": code, **extra})
-    assert reply.status_code == 200, reply.text
-    return reply.json()
 
 
 @pytest.fixture(autouse=True)
