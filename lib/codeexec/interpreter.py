@@ -30,6 +30,8 @@ def run(
         raise UnknownLanguage(request.lang)
     with _lease(sandboxes, org, request) as sandbox:
         notes, placed = _copy_inputs(sandboxes, org, sandbox, request.files)
+        # One run at a time per session, from the listing before to the listing after:
+        # otherwise one reply could claim a file another run wrote.
         with _exclusive(sandbox):
             before = _snapshot(sandbox.list_files())
             source = language.source_name(request.code)
@@ -44,15 +46,17 @@ def run(
     if max_files is not None and len(files) > max_files:
         limit_notes.append(f"Listed {max_files} of {len(files)} files; all of them are in the session's file list.")
         files = files[:max_files]
-    stderr = "".join(f"{note}\n" for note in notes) + result.stderr
-    if limit_notes:
-        stderr += ("\n" if stderr and not stderr.endswith("\n") else "") + "\n".join(limit_notes) + "\n"
-    return ExecReply(
-        session_id=sandbox.id,
-        stdout=result.stdout,
-        stderr=stderr,
-        files=files,
-    )
+    stderr = _with_notes(notes, result.stderr, limit_notes)
+    return ExecReply(session_id=sandbox.id, stdout=result.stdout, stderr=stderr, files=files)
+
+
+def _with_notes(before: list[str], stderr: str, after: list[str]) -> str:
+    """The program's stderr between the service's notes: what happened to the inputs
+    first, the limits the run hit last, each on a line of its own."""
+    text = "".join(f"{note}\n" for note in before) + stderr
+    if after:
+        text += ("\n" if text and not text.endswith("\n") else "") + "\n".join(after) + "\n"
+    return text
 
 
 def _exclusive(sandbox: Sandbox) -> AbstractContextManager[None]:
