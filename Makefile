@@ -44,13 +44,15 @@ $(CONTRACT_G2)/node_modules/.installed: $(CONTRACT_G2)/package-lock.json
 serve: install
 	$(BIN)/python -m codeexec.server
 
-# Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick).
+# Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
+# then one reaper pass over 10,000 leases.
 .PHONY: bench
 bench: install
 	$(BIN)/python bench/bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/reaper_bench.py
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check handlers lib tests
+	$(BIN)/ruff check handlers lib tests bench
 
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy handlers lib/codeexec

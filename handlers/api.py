@@ -14,7 +14,6 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities import parameters
 from mangum import Mangum
 from mangum.types import LambdaContext
 
@@ -37,6 +36,9 @@ def _api_key() -> Callable[[], str | None] | None:
     secret_arn = os.environ.get("CODE_EXEC_API_KEY_SECRET_ARN")
     if not secret_arn:
         return None  # create_app reads CODE_EXEC_API_KEY
+    # Imported only when a secret is named: it brings boto3, the largest share of a cold import.
+    from aws_lambda_powertools.utilities import parameters
+
     return lambda: parameters.get_secret(secret_arn, max_age=KEY_MAX_AGE_SECONDS)
 
 

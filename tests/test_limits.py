@@ -102,6 +102,13 @@ def test_wall_time(client: TestClient) -> None:
     assert body["stderr"] == "Stopped: the run exceeded its 3 s time limit.\n"
 
 
+def test_a_program_stopped_at_its_time_limit_keeps_what_it_printed(client: TestClient) -> None:
+    # Not flushed, and stdout is a pipe: only unbuffered output reaches it before the kill.
+    body = run(client, "import time\nprint('got this far')\ntime.sleep(30)")
+    assert body["stdout"] == "got this far\n"
+    assert body["stderr"] == "Stopped: the run exceeded its 3 s time limit.\n"
+
+
 def test_cpu_time(client: TestClient) -> None:
     body = run(client, "while True:\n    pass")
     assert body["stderr"] == "Stopped: the program used up its 1 s of CPU time.\n"

@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
-import jwt
-from jwt import PyJWK, PyJWKClient, PyJWKClientConnectionError, PyJWKClientError, PyJWKSet, PyJWKSetError
+# PyJWT (and cryptography under it) is imported in the functions that check a token, so
+# a deployment without token checking does not pay for it at every cold start.
+if TYPE_CHECKING:
+    from jwt import PyJWK, PyJWKSet
 
 LEEWAY_SECONDS = 30  # clock skew between the issuer and this service
 KEY_SET_TTL_SECONDS = 300
@@ -37,19 +39,6 @@ class KeysUnavailable(Exception):
     """The key set cannot be fetched or is unusable, so no token can be checked now (503)."""
 
 
-# Fixed reasons by kind of failure: PyJWT's own messages may quote parts of the token.
-_REASONS: list[tuple[type[Exception], str]] = [
-    (jwt.ExpiredSignatureError, "the bearer token has expired"),
-    (jwt.ImmatureSignatureError, "the bearer token is not valid yet"),
-    (jwt.InvalidIssuerError, "the bearer token's issuer is not the configured one"),
-    (jwt.InvalidAudienceError, "the bearer token's audience is not the configured one"),
-    (jwt.InvalidSignatureError, "the bearer token's signature does not verify"),
-    (jwt.InvalidAlgorithmError, "the bearer token's algorithm is not allowed for its key"),
-    (jwt.MissingRequiredClaimError, "the bearer token lacks a required claim (exp, iss or aud)"),
-    (PyJWKClientError, "no key of the key set matches the bearer token's kid"),
-]
-
-
 class _Keys(Protocol):
     def get_signing_key_from_jwt(self, token: str) -> PyJWK: ...
 
@@ -62,13 +51,15 @@ class _FileKeys:
         self._keys: PyJWKSet | None = None
 
     def get_signing_key_from_jwt(self, token: str) -> PyJWK:
+        import jwt
+
         kid = jwt.get_unverified_header(token).get("kid")
         found = _by_kid(self._keys, kid) if self._keys is not None else None
         if found is None:  # first use, or a rotated key: read the file again
-            self._keys = PyJWKSet.from_json(self._path.read_text())
+            self._keys = jwt.PyJWKSet.from_json(self._path.read_text())
             found = _by_kid(self._keys, kid)
         if found is None:
-            raise PyJWKClientError("no key matches the token's kid")
+            raise jwt.PyJWKClientError("no key matches the token's kid")
         return found
 
 
@@ -86,11 +77,13 @@ class TokenVerifier:
         algorithms: Iterable[str],
         refresh_cooldown: float = REFRESH_COOLDOWN_SECONDS,
     ) -> None:
+        import jwt
+
         url = urlsplit(jwks_url)
         self._keys: _Keys = (
             _FileKeys(Path(url2pathname(url.path)))
             if url.scheme == "file"
-            else PyJWKClient(
+            else jwt.PyJWKClient(
                 jwks_url,
                 lifespan=KEY_SET_TTL_SECONDS,
                 timeout=FETCH_TIMEOUT_SECONDS,
@@ -104,6 +97,8 @@ class TokenVerifier:
 
     def org_for(self, token: str) -> str:
         """The organization the token names, or InvalidToken / KeysUnavailable."""
+        import jwt
+
         try:
             key = self._keys.get_signing_key_from_jwt(token)
             claims = jwt.decode(
@@ -115,9 +110,9 @@ class TokenVerifier:
                 leeway=LEEWAY_SECONDS,
                 options={"require": ["exp", "iss", "aud"]},
             )
-        except (PyJWKClientConnectionError, PyJWKSetError, json.JSONDecodeError, OSError) as exc:
+        except (jwt.PyJWKClientConnectionError, jwt.PyJWKSetError, json.JSONDecodeError, OSError) as exc:
             raise KeysUnavailable("the key set (CODE_EXEC_JWT_JWKS_URL) is unreachable or unusable") from exc
-        except (PyJWKClientError, jwt.InvalidTokenError) as exc:
+        except (jwt.PyJWKClientError, jwt.InvalidTokenError) as exc:
             raise InvalidToken(_reason(exc)) from exc
         org = claims.get(self._org_claim)
         if not isinstance(org, str) or not org:
@@ -126,4 +121,17 @@ class TokenVerifier:
 
 
 def _reason(exc: Exception) -> str:
-    return next((reason for kind, reason in _REASONS if isinstance(exc, kind)), "the bearer token is malformed")
+    """A fixed reason by kind of failure: PyJWT's own messages may quote parts of the token."""
+    import jwt
+
+    reasons: list[tuple[type[Exception], str]] = [
+        (jwt.ExpiredSignatureError, "the bearer token has expired"),
+        (jwt.ImmatureSignatureError, "the bearer token is not valid yet"),
+        (jwt.InvalidIssuerError, "the bearer token's issuer is not the configured one"),
+        (jwt.InvalidAudienceError, "the bearer token's audience is not the configured one"),
+        (jwt.InvalidSignatureError, "the bearer token's signature does not verify"),
+        (jwt.InvalidAlgorithmError, "the bearer token's algorithm is not allowed for its key"),
+        (jwt.MissingRequiredClaimError, "the bearer token lacks a required claim (exp, iss or aud)"),
+        (jwt.PyJWKClientError, "no key of the key set matches the bearer token's kid"),
+    ]
+    return next((reason for kind, reason in reasons if isinstance(exc, kind)), "the bearer token is malformed")

@@ -6,8 +6,8 @@ read-only (/usr and a short /etc allow-list) and nothing else of the host: no /h
 /root, /var, no other session; a private /tmp; the session's directory at /mnt/data; an
 environment built from nothing; no capabilities, no_new_privs (bwrap sets it), and a
 seccomp filter (seccomp.py). When the service runs as root, bwrap itself is started as
-an unprivileged host uid, so even a file the sandbox can see is checked against that
-uid, never root's.
+an unprivileged host uid (by util-linux `setpriv`), so even a file the sandbox can see
+is checked against that uid, never root's.
 
 Limits: rlimits (limits.py), cgroups for memory and processes (cgroups.py), and, kept
 here, the wall clock, the output, and the session's disk, which the service measures
@@ -34,6 +34,7 @@ from .limits import Limits
 from .port import RunResult
 
 ARTIFACT_DIR = "/mnt/data"
+SETPRIV = "/usr/bin/setpriv"
 
 # What the runtimes need from /etc, and nothing else of the host's configuration.
 _ETC = (
@@ -52,6 +53,8 @@ _ENV = {
     "PYTHONPATH": "/mnt/data",
     "GOCACHE": "/tmp/go-cache",  # go build needs a writable cache, and /tmp is the place
     "GOPATH": "/tmp/go",
+    # Unbuffered, a Python program stopped at its time limit still shows what it printed.
+    "PYTHONUNBUFFERED": "1",
 }
 
 
@@ -123,6 +126,17 @@ def run(
     )
 
 
+def _setpriv_argv(as_user: tuple[int, int] | None) -> list[str]:
+    """The prefix that execs bwrap as the sandbox uid, without supplementary groups.
+    Popen's user=/group= would do the same, but they make CPython fork, copying the
+    service's page tables on every run (~1.5 ms at 60 MB, ~8 ms at 200 MB), where it can
+    otherwise vfork."""
+    if as_user is None:
+        return []
+    uid, gid = as_user
+    return [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+
+
 @dataclass
 class _Sandbox:
     proc: subprocess.Popen[bytes]
@@ -189,17 +203,15 @@ def _launch(
     block_r, block_w = os.pipe()
     passed = (*fds.values(), seccomp_fd, info_w, block_r)
     try:
+        bwrap = bwrap_argv(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits.memory_bytes)
         proc = subprocess.Popen(
-            [*bwrap_argv(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits.memory_bytes), "--", *argv],
+            [*_setpriv_argv(as_user), *bwrap, "--", *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=passed,
             env={},
             start_new_session=True,
-            user=as_user[0] if as_user else None,
-            group=as_user[1] if as_user else None,
-            extra_groups=[] if as_user else None,
         )
     except BaseException:
         os.close(info_r)

@@ -14,8 +14,6 @@ import errno
 import functools
 import os
 
-import pyseccomp  # type: ignore[import-untyped]
-
 DENIED = (
     "ptrace", "process_vm_readv", "process_vm_writev",
     "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
@@ -41,6 +39,9 @@ _CLONE_NEW = (
 @functools.cache
 def bpf() -> bytes:
     """The compiled filter, as bwrap's `--seccomp FD` reads it."""
+    # Imported at the first run, not with the service: loading libseccomp runs ldconfig (~20 ms).
+    import pyseccomp  # type: ignore[import-untyped]
+
     deny = pyseccomp.ERRNO(errno.EPERM)
     scf = pyseccomp.SyscallFilter(defaction=pyseccomp.ALLOW)
     for name in DENIED:
