@@ -60,15 +60,10 @@
  *    (text + artifact). The HOST (LibreChat's processCodeOutput) fetches
  *    GET {base}/download/{session_id}/{id} for each artifact file afterwards.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { agentsVersion, failer, importIsolated, keepTrafficLocal } from '../contract_shared.mjs';
 
-function fail(err) {
-  process.stderr.write(`g1_client: ${err?.stack ?? err}\n`);
-  process.exit(1);
-}
+const fail = failer('g1_client');
 process.on('unhandledRejection', fail);
 
 const BASEURL = process.env.LIBRECHAT_CODE_BASEURL;
@@ -80,30 +75,11 @@ if (!BASEURL || !API_KEY) {
 }
 const watchdog = setTimeout(() => fail(new Error(`timed out after ${TIMEOUT_MS} ms`)), TIMEOUT_MS);
 
-// Keep every byte on the service under test: no proxy, no tracing exporters.
-for (const k of Object.keys(process.env)) {
-  if (/^(PROXY|HTTPS?_PROXY|LANGFUSE_|LANGCHAIN_|LANGSMITH_)/i.test(k)) delete process.env[k];
-}
-
-// The package reads ./.env (dotenv) and the base URL at import time: import it
-// from an empty directory, after the env is final.
-const cwd = process.cwd();
-const emptyDir = mkdtempSync(join(tmpdir(), 'g1-client-'));
-process.chdir(emptyDir);
-let agents;
-try {
-  agents = await import('@librechat/agents');
-} catch (e) {
-  agents = e;
-} finally {
-  process.chdir(cwd);
-  rmSync(emptyDir, { recursive: true, force: true });
-}
-if (agents instanceof Error) fail(agents);
+keepTrafficLocal();
+const agents = await importIsolated(() => import('@librechat/agents'), 'g1-client-').catch(fail);
 const { createCodeExecutionTool, Constants } = agents;
 const TOOL_NAME = Constants.EXECUTE_CODE; // 'execute_code'
-const pkgVersion = JSON.parse(readFileSync(
-  new URL('./node_modules/@librechat/agents/package.json', import.meta.url), 'utf8')).version;
+const pkgVersion = agentsVersion(import.meta.url);
 
 const tokenStdout = `G1TOKEN_${randomBytes(6).toString('hex')}`;
 const tokenFile = `G1FILE_${randomBytes(6).toString('hex')}`;

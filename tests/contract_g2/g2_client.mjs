@@ -48,14 +48,9 @@
  * principal_source, auth_context_hash; signed with node:crypto's sign().
  */
 import { createHash, createPrivateKey, randomBytes, randomUUID, sign } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { agentsVersion, failer, importIsolated, keepTrafficLocal } from '../contract_shared.mjs';
 
-function fail(err) {
-  process.stderr.write(`g2_client: ${err?.stack ?? err}\n`);
-  process.exit(1);
-}
+const fail = failer('g2_client');
 process.on('unhandledRejection', fail);
 
 const BASEURL = process.env.LIBRECHAT_CODE_BASEURL;
@@ -69,10 +64,7 @@ if (!BASEURL || !KEY_PEM || !KID || !TENANT) {
 }
 const watchdog = setTimeout(() => fail(new Error('timed out')), 90000);
 
-// Keep every byte on the service under test: no proxy, no tracing exporters.
-for (const k of Object.keys(process.env)) {
-  if (/^(PROXY|HTTPS?_PROXY|LANGFUSE_|LANGCHAIN_|LANGSMITH_)/i.test(k)) delete process.env[k];
-}
+keepTrafficLocal();
 
 const b64url = (value) => Buffer.from(value).toString('base64url');
 const key = createPrivateKey(KEY_PEM);
@@ -92,24 +84,10 @@ function mint({ tenant = TENANT, ttl = 300 } = {}) {
 }
 const authHeaders = async () => ({ Authorization: `Bearer ${mint()}` });
 
-// The package reads ./.env at import: import it from an empty directory.
-const cwd = process.cwd();
-const emptyDir = mkdtempSync(join(tmpdir(), 'g2-client-'));
-process.chdir(emptyDir);
-let agents;
-try {
-  agents = await import('@librechat/agents');
-} catch (e) {
-  agents = e;
-} finally {
-  process.chdir(cwd);
-  rmSync(emptyDir, { recursive: true, force: true });
-}
-if (agents instanceof Error) fail(agents);
+const agents = await importIsolated(() => import('@librechat/agents'), 'g2-client-').catch(fail);
 const { createCodeExecutionTool, Constants } = agents;
 const TOOL_NAME = Constants.EXECUTE_CODE;
-const pkgVersion = JSON.parse(readFileSync(
-  new URL('./node_modules/@librechat/agents/package.json', import.meta.url), 'utf8')).version;
+const pkgVersion = agentsVersion(import.meta.url);
 
 const tokenStdout = `G2TOKEN_${randomBytes(6).toString('hex')}`;
 const tokenFile = `G2FILE_${randomBytes(6).toString('hex')}`;
