@@ -226,6 +226,24 @@ def test_runs_in_one_session_go_one_at_a_time(client: TestClient, live_server: s
         assert start.startswith("start") and end == "end" + start.removeprefix("start")
 
 
+def test_an_upload_during_a_run_is_not_that_runs_output(client: TestClient, live_server: str) -> None:
+    session = run(client, "print('new')")["session_id"]
+    headers = {"X-API-Key": API_KEY}
+    code = "import time\nopen('started', 'w').write('')\ntime.sleep(1.5)"
+    body = {"lang": "py", "code": code, "session_id": session}
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(lambda: httpx.post(f"{live_server}/exec", json=body, headers=headers, timeout=30))
+        deadline = time.monotonic() + 20
+        while f"{session}/started" not in client.get(f"/v1/files/{session}").json():  # the run is under way
+            assert time.monotonic() < deadline and not running.done()
+            time.sleep(0.05)
+        uploaded = client.post("/v1/upload", files={"file": ("up.txt", b"u")}, params={"session_id": session})
+        reply = running.result().json()
+    assert uploaded.status_code == 200
+    assert [f["id"] for f in reply["files"]] == ["started"]
+    assert f"{session}/up.txt" in client.get(f"/v1/files/{session}").json()
+
+
 def test_runs_in_different_sessions_run_at_once(live_server: str) -> None:
     markers = [f"par-{uuid.uuid4().hex}" for _ in range(2)]
     seen_together = threading.Event()

@@ -24,7 +24,7 @@ from starlette.types import Message, Receive
 from . import ids, interpreter
 from .auth import Authenticator, Unauthorized, make_authenticator
 from .sandbox import make_sandboxes
-from .sandbox.port import BackendUnavailable, FileInfo, FileNotFound, Sandboxes, SessionNotFound, TooLarge
+from .sandbox.port import BackendUnavailable, FileInfo, FileNotFound, Sandboxes, SessionNotFound, TooLarge, exclusive
 from .settings import Settings, get_settings
 from .tokens import KeysUnavailable
 from .wire import ExecReply, ExecRequest, UploadedFile, UploadReply
@@ -177,8 +177,9 @@ def _upload(service: Service, org: str, session_id: str | None, parts: list[Uplo
     try:
         with sandboxes.open(org, session_id) if session_id else sandboxes.create(org) as sandbox:
             new_session = None if session_id else sandbox.id
-            for part, name in zip(parts, names, strict=True):
-                sandbox.write_file(name, part.file, limit=service.settings.max_upload_bytes)
+            with exclusive(sandbox):  # not in the middle of a run: it would list the file as its own
+                for part, name in zip(parts, names, strict=True):
+                    sandbox.write_file(name, part.file, limit=service.settings.max_upload_bytes)
     except BaseException:
         if new_session:  # a session leased for a failed upload would hold nothing: end it
             sandboxes.end(new_session)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 
 from . import ids
 from .languages import LANGUAGES
-from .sandbox.port import Exclusive, FileInfo, FileNotFound, Sandbox, Sandboxes, SessionNotFound, TooLarge
+from .sandbox.port import FileInfo, FileNotFound, Sandbox, Sandboxes, SessionNotFound, TooLarge, exclusive
 from .wire import ExecReply, ExecRequest, FileRef, OutputFile
 
 
@@ -32,7 +31,7 @@ def run(
         notes, placed = _copy_inputs(sandboxes, org, sandbox, request.files)
         # One run at a time per session, from the listing before to the listing after:
         # otherwise one reply could claim a file another run wrote.
-        with _exclusive(sandbox):
+        with exclusive(sandbox):
             before = _snapshot(sandbox.list_files())
             source = language.source_name(request.code)
             argv = language.argv(source, request.args)
@@ -57,10 +56,6 @@ def _with_notes(before: list[str], stderr: str, after: list[str]) -> str:
     if after:
         text += ("\n" if text and not text.endswith("\n") else "") + "\n".join(after) + "\n"
     return text
-
-
-def _exclusive(sandbox: Sandbox) -> AbstractContextManager[None]:
-    return sandbox.exclusive() if isinstance(sandbox, Exclusive) else contextlib.nullcontext()
 
 
 def end(sandboxes: Sandboxes, session_id: str) -> None:

@@ -11,6 +11,7 @@ to follow a symlink out of the directory, because a program can make one.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -104,6 +105,11 @@ class Exclusive(Protocol):
     concurrent runs in one session to the caller."""
 
     def exclusive(self) -> AbstractContextManager[None]: ...
+
+
+def exclusive(sandbox: Sandbox) -> AbstractContextManager[None]:
+    """The sandbox's exclusive hold where it has one, else nothing to hold."""
+    return sandbox.exclusive() if isinstance(sandbox, Exclusive) else contextlib.nullcontext()
 
 
 class Sandboxes(Protocol):
