@@ -14,7 +14,6 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
 from codeexec.app import create_app
 from codeexec.sandbox import cgroups
@@ -35,18 +34,19 @@ HAS_CGROUPS = {"memory", "pids"} <= set(cgroups.detect())
 
 
 @pytest.fixture
-def settings(sandbox_root: Path) -> Settings:
-    return Settings(
-        sandbox_root=sandbox_root,
-        code_exec_api_key=SecretStr(API_KEY),
-        run_timeout_seconds=3,
-        run_cpu_seconds=1,
-        run_memory_bytes=96 << 20,
-        run_max_processes=24,
-        max_output_bytes=10_000,
-        max_file_bytes=1 << 20,
-        max_session_bytes=4 << 20,
-        max_files_per_run=3,
+def settings(settings: Settings) -> Settings:
+    """The shared settings, with limits small enough to hit quickly."""
+    return settings.model_copy(
+        update={
+            "run_timeout_seconds": 3,
+            "run_cpu_seconds": 1,
+            "run_memory_bytes": 96 << 20,
+            "run_max_processes": 24,
+            "max_output_bytes": 10_000,
+            "max_file_bytes": 1 << 20,
+            "max_session_bytes": 4 << 20,
+            "max_files_per_run": 3,
+        }
     )
 
 

@@ -13,7 +13,6 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
 from codeexec.settings import Settings
 
@@ -22,17 +21,18 @@ from .conftest import API_KEY
 
 
 @pytest.fixture
-def settings(sandbox_root: Path) -> Settings:
-    return Settings(
-        sandbox_root=sandbox_root,
-        code_exec_api_key=SecretStr(API_KEY),
-        run_timeout_seconds=3,
-        run_cpu_seconds=1,
-        run_memory_bytes=128 << 20,
-        run_max_processes=32,
-        max_output_bytes=64 << 10,
-        max_file_bytes=1 << 20,
-        max_session_bytes=8 << 20,
+def settings(settings: Settings) -> Settings:
+    """The shared settings, with limits small enough to hit quickly."""
+    return settings.model_copy(
+        update={
+            "run_timeout_seconds": 3,
+            "run_cpu_seconds": 1,
+            "run_memory_bytes": 128 << 20,
+            "run_max_processes": 32,
+            "max_output_bytes": 64 << 10,
+            "max_file_bytes": 1 << 20,
+            "max_session_bytes": 8 << 20,
+        }
     )
 
 
