@@ -27,21 +27,18 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
-from unittest import mock
 
 import httpx
 from pydantic import SecretStr
 
-from codeexec import interpreter
-from codeexec.sandbox.local import LocalSandbox, LocalSandboxes
+from codeexec.sandbox import make_sandboxes
+from codeexec.sandbox.port import Owner, Program
 from codeexec.settings import Settings
-from codeexec.wire import ExecRequest
 
 REPO = Path(__file__).resolve().parent.parent
 PRINT_ONE = {"py": "print(1)", "js": "console.log(1)", "bash": "echo 1"}
 TIMEOUT = 30.0
-ORG = "bench"
+OWNER = Owner("bench")
 Call = Callable[[], None]
 
 
@@ -101,25 +98,17 @@ def _wait_listening(base: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 def bare_call(stack: ExitStack, root: Path, lang: str) -> Call:
-    """One launch of `lang`'s print(1) in a leased sandbox, straight through the port."""
-    sandboxes = LocalSandboxes(Settings(sandbox_root=root / "bare", code_exec_api_key=SecretStr("unused")))
-    argv, program, timeout = _launch_of(sandboxes, lang)
-    sandbox = stack.enter_context(sandboxes.create(ORG))
+    """One run of `lang`'s print(1) in a leased sandbox, straight through the port: the
+    very program the service hands the backend."""
+    sandboxes = make_sandboxes(Settings(sandbox_root=root / "bare", code_exec_api_key=SecretStr("unused")))
+    sandbox = stack.enter_context(sandboxes.create(OWNER.tag()))
+    program = Program(lang, PRINT_ONE[lang], (), TIMEOUT)
 
     def call() -> None:
-        result = sandbox.run(argv, program, timeout)
+        result = sandbox.run(program)
         assert result.stdout == "1\n", result
 
     return call
-
-
-def _launch_of(sandboxes: LocalSandboxes, lang: str) -> tuple[Any, Any, Any]:
-    """The launch the interpreter itself asks of the sandbox for print(1), recorded from
-    one real run, so that bare and service run the very same thing."""
-    with mock.patch.object(LocalSandbox, "run", autospec=True, side_effect=LocalSandbox.run) as spy:
-        interpreter.run(sandboxes, ORG, ExecRequest(lang=lang, code=PRINT_ONE[lang]), TIMEOUT)
-    _, argv, program, timeout = spy.call_args.args
-    return argv, program, timeout
 
 
 def service_call(client: httpx.Client, lang: str) -> Call:

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from codeexec.reaper import reap
-from codeexec.sandbox.local import LocalSandboxes
+from codeexec.sandbox import make_sandboxes
+from codeexec.sandbox.port import Owner
 from codeexec.settings import Settings
 
 
@@ -25,10 +26,11 @@ def main() -> None:
     count = parser.parse_args().leases
     root = Path(tempfile.mkdtemp(prefix="codeexec-bench-", dir="/var/tmp"))
     try:
-        sandboxes = LocalSandboxes(Settings(sandbox_root=root))
+        sandboxes = make_sandboxes(Settings(sandbox_root=root))
+        owner = Owner("default").tag()
         started = time.perf_counter()
         for _ in range(count):
-            with sandboxes.create("default"):
+            with sandboxes.create(owner):
                 pass
         print(f"created {count} leases in {time.perf_counter() - started:.2f} s")
         for label, clock in (("keeps all", time.time), ("ends all", lambda: time.time() + 10 * 86_400)):

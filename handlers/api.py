@@ -17,7 +17,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from mangum import Mangum
 from mangum.types import LambdaContext
 
-from codeexec.app import EXEC_PATH, create_app
+from codeexec.api.app import create_app
+from codeexec.api.routers.execute import EXEC_PATH
 
 # The library logs under "codeexec": a Logger of that name makes its lines structured too.
 logger = Logger(service="codeexec")

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from codeexec.app import create_app
+from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
 from .fakes.agentcore import RunningFake

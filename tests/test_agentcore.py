@@ -16,11 +16,12 @@ from botocore.stub import ANY, Stubber
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from codeexec.app import create_app
-from codeexec.languages import LANGUAGES
+from codeexec.api.app import create_app
+from codeexec.errors import BackendUnavailable, FileNotFound, SessionNotFound
 from codeexec.reaper import is_due
-from codeexec.sandbox.agentcore import AgentCoreSandboxes
-from codeexec.sandbox.port import BackendUnavailable, FileNotFound, SessionNotFound
+from codeexec.sandbox.agentcore import AgentCoreConfig, AgentCoreSandboxes
+from codeexec.sandbox.agentcore.sandboxes import _is_session_id
+from codeexec.sandbox.port import Limit, LimitHit, Owner, Program
 from codeexec.settings import Settings
 
 from .conftest import API_KEY
@@ -31,8 +32,13 @@ CI = "aws.codeinterpreter.v1"
 SID = "01JABCDEFGHJKMNPQRSTVWXYZ0"
 OTHER = "01JZZZZZZZZZZZZZZZZZZZZZZZ"
 CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-# "codeexec-<ttl>-<org in base32>": org "acme" for 8 hours
-ACME = "codeexec-28800-mfrw2zi"
+ACME_OWNER = Owner("acme")
+# "codeexec-<ttl>-<u|s>-<org digest>-<user digest>": a user's session of org "acme", 8 hours
+ACME = f"codeexec-28800-u-{ACME_OWNER.tag().org}-{ACME_OWNER.tag().user}"
+
+
+def acme(lease: object) -> bool:
+    return getattr(lease, "owner", None) == ACME_OWNER.tag()
 
 
 class _Raw:
@@ -48,7 +54,10 @@ class _Raw:
 
 @pytest.fixture
 def backend(aws_env: None) -> AgentCoreSandboxes:
-    return AgentCoreSandboxes(Settings(sandbox_backend="agentcore", max_output_bytes=64))
+    config = AgentCoreConfig(
+        interpreter_id=CI, endpoint_url=None, lease_ttl_seconds=86400, run_timeout_seconds=30, max_output_bytes=64
+    )
+    return AgentCoreSandboxes(config)
 
 
 @pytest.fixture
@@ -104,60 +113,59 @@ def test_create_names_the_org_and_caps_the_lease_at_eight_hours(backend: AgentCo
     )
     # The first write of a call carries its touch.
     expect_invoke(stub, "writeFiles", {"content": [{"path": "a.bin", "blob": b"\x00\xff"}, TOUCH]})
-    with backend.create("acme") as sandbox:
+    with backend.create(ACME_OWNER.tag()) as sandbox:
         assert sandbox.id == SID
-        assert sandbox.write_file("a.bin", io.BytesIO(b"\x00\xff")).size == 2
+        assert sandbox.lease.owner == ACME_OWNER.tag()
+        sandbox.write_file("a.bin", io.BytesIO(b"\x00\xff"), limit=10)
 
 
-def test_open_refuses_other_orgs_ended_and_unknown_sessions(backend: AgentCoreSandboxes, stub: Stubber) -> None:
-    expect_get(stub, name="codeexec-28800-mjxwe3q")  # org "bob"
+def test_open_refuses_other_owners_ended_and_unknown_sessions(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    bob = Owner("bob").tag()
+    expect_get(stub, name=f"codeexec-28800-u-{bob.org}-{bob.user}")
     expect_get(stub, status="TERMINATED")
     expect_get(stub, name="someone-elses-session")
+    expect_get(stub, name="codeexec-28800-mfrw2zi")  # an older release's name
     stub.add_client_error("get_code_interpreter_session", "ResourceNotFoundException", http_status_code=404)
-    for _ in range(4):
-        with pytest.raises(SessionNotFound), backend.open("acme", SID):
+    for _ in range(5):
+        with pytest.raises(SessionNotFound), backend.open(SID, acme):
             pass
-    with pytest.raises(SessionNotFound), backend.open("acme", "has-dashes_and_is_not_agentcores"):
+    with pytest.raises(SessionNotFound), backend.open("has-dashes_and_is_not_agentcores", acme):
         pass  # refused before any call: the stubber holds no reply for it
 
 
-def test_a_call_that_only_reads_touches_on_its_way_out(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+def test_a_read_stats_the_file_with_its_touch_then_reads_it(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
     blob = bytes(range(256))
+    stat = "mkdir -p .codeexec && touch .codeexec/touched; "
+    stat += "test -f ./a.bin && ! test -L ./a.bin && stat -c '%s %.9Y' ./a.bin"
+    expect_invoke(stub, "executeCommand", {"command": stat}, ran("256 1767322800.250000000\n"))
     expect_invoke(
         stub,
         "readFiles",
         {"paths": ["a.bin"]},
         {"content": [{"type": "resource", "resource": {"type": "blob", "uri": "file:///w/a.bin", "blob": blob}}]},
     )
-    expect_invoke(stub, "writeFiles", {"content": [TOUCH]})
-    with backend.open("acme", SID) as sandbox:
+    with backend.open(SID, acme) as sandbox:
         reader, info = sandbox.open_file("a.bin")
     assert reader.read() == blob
-    assert info.size == 256
+    assert (info.size, info.mtime_ns) == (256, 1_767_322_800_250_000_000)  # the real time, never a made-up one
 
 
 def test_missing_and_hidden_files_are_not_found(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
-    expect_invoke(
-        stub,
-        "readFiles",
-        {"paths": ["gone.csv"]},
-        {"content": [{"type": "text", "text": "no such file"}], "isError": True},
-    )
-    with backend.open("acme", SID) as sandbox:
+    expect_invoke(stub, "executeCommand", {"command": ANY}, ran(exit_code=1))
+    with backend.open(SID, acme) as sandbox:
         with pytest.raises(FileNotFound):
             sandbox.open_file("gone.csv")
         with pytest.raises(FileNotFound):
             sandbox.open_file(".codeexec/touched")
-        sandbox.touch_pending = False  # what a touch costs is the other tests' business
 
 
 def test_listing_is_one_command_carrying_the_touch(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
     stdout = "5 1767322800.5000000000 data.csv\x0012 1767322801.0000000000 plots/a b.png\x00"
     expect_invoke(stub, "executeCommand", {"command": ANY}, ran(stdout))
-    with backend.open("acme", SID) as sandbox:
+    with backend.open(SID, acme) as sandbox:
         found = sandbox.list_files()
     assert [(f.path, f.size, f.mtime_ns) for f in found] == [
         ("data.csv", 5, 1_767_322_800_500_000_000),
@@ -170,31 +178,29 @@ def test_python_runs_natively_with_its_args(backend: AgentCoreSandboxes, stub: S
     code = 'import sys; sys.argv[1:] = ["--n", "it\'s"]\nprint(1)'
     expect_invoke(stub, "executeCode", {"language": "python", "code": code, "clearContext": True}, ran("1\n"))
     expect_invoke(stub, "writeFiles", {"content": [TOUCH]})
-    argv = LANGUAGES["py"].argv("main.py", ["--n", "it's"])
-    with backend.open("acme", SID) as sandbox:
-        result = sandbox.run(argv, {"main.py": b"print(1)"}, 30)
-    assert (result.stdout, result.exit_code, result.notes) == ("1\n", 0, ())
+    with backend.open(SID, acme) as sandbox:
+        result = sandbox.run(Program("py", "print(1)", ("--n", "it's"), 30))
+    assert (result.stdout, result.exit_code, result.hits) == ("1\n", 0, ())
 
 
 def test_bash_runs_as_a_command_under_a_time_limit(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
     command = "mkdir -p .codeexec && touch .codeexec/touched; timeout -k 2 7 bash -c 'echo \"$1\"' main.sh 'a b'"
     expect_invoke(stub, "executeCommand", {"command": command}, ran(exit_code=124))
-    argv = LANGUAGES["bash"].argv("main.sh", ["a b"])
-    with backend.open("acme", SID) as sandbox:
-        result = sandbox.run(argv, {"main.sh": b'echo "$1"'}, 7)
+    with backend.open(SID, acme) as sandbox:
+        result = sandbox.run(Program("bash", 'echo "$1"', ("a b",), 7))
     assert result.exit_code is None
-    assert result.notes == ("Stopped: the run exceeded its 7 s time limit.",)
+    assert result.hits == (LimitHit(Limit.TIME, 7),)
 
 
-def test_output_is_capped_with_a_note(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+def test_output_is_capped_and_says_so(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
     expect_invoke(stub, "executeCode", {"language": "javascript", "code": "x", "clearContext": True}, ran("y" * 100))
     expect_invoke(stub, "writeFiles", {"content": [TOUCH]})
-    with backend.open("acme", SID) as sandbox:
-        result = sandbox.run(LANGUAGES["js"].argv("main.js", []), {"main.js": b"x"}, 30)
+    with backend.open(SID, acme) as sandbox:
+        result = sandbox.run(Program("js", "x", (), 30))
     assert result.stdout == "y" * 64
-    assert result.notes == ("Output truncated: stdout exceeded 64 bytes; the rest was dropped.",)
+    assert result.hits == (LimitHit(Limit.OUTPUT, 64, stopped=False, stream="stdout"),)
 
 
 @pytest.mark.parametrize(
@@ -205,7 +211,8 @@ def test_aws_errors_become_unavailable_with_a_hint_and_are_logged_without_payloa
     backend: AgentCoreSandboxes, stub: Stubber, caplog: pytest.LogCaptureFixture, code: str, retry_after: int | None
 ) -> None:
     stub.add_client_error("start_code_interpreter_session", code, "secret-looking message", http_status_code=429)
-    with pytest.raises(BackendUnavailable) as raised, caplog.at_level(logging.WARNING), backend.create("acme"):
+    owner = ACME_OWNER.tag()
+    with pytest.raises(BackendUnavailable) as raised, caplog.at_level(logging.WARNING), backend.create(owner):
         pass
     assert raised.value.retry_after == retry_after
     assert code in caplog.text
@@ -217,10 +224,10 @@ def test_an_error_event_inside_the_stream_is_an_error_of_the_call(backend: Agent
     stub.add_response(
         "invoke_code_interpreter",
         {"sessionId": SID, "stream": {"throttlingException": {"message": "slow down"}}},
-        {"codeInterpreterIdentifier": CI, "sessionId": SID, "name": "readFiles", "arguments": {"paths": ["a"]}},
+        {"codeInterpreterIdentifier": CI, "sessionId": SID, "name": "executeCommand", "arguments": {"command": ANY}},
     )
-    with pytest.raises(BackendUnavailable) as raised, backend.open("acme", SID) as sandbox:
-        sandbox.open_file("a")
+    with pytest.raises(BackendUnavailable) as raised, backend.open(SID, acme) as sandbox:
+        sandbox.list_files()
     assert raised.value.retry_after == 2
 
 
@@ -238,7 +245,7 @@ def test_leases_come_from_the_listing_and_the_touched_clock(backend: AgentCoreSa
     )
     expect_invoke(stub, "executeCommand", {"command": "stat -c %Y .codeexec/touched"}, ran("1767323045\n"))
     (lease,) = backend.leases()
-    assert (lease.session_id, lease.org, lease.ttl_seconds) == (SID, "acme", 28800)
+    assert (lease.session_id, lease.owner, lease.shared, lease.ttl_seconds) == (SID, ACME_OWNER.tag(), False, 28800)
     assert lease.leased_at == CREATED.timestamp()
     assert lease.touched_at == 1767323045
 
@@ -257,12 +264,12 @@ def test_end_if_rereads_the_lease_and_stops_only_when_still_due(backend: AgentCo
     assert backend.end_if(SID, lambda lease: is_due(lease, touched + 3600, 3600))
 
 
-def test_session_ids_are_agentcores(backend: AgentCoreSandboxes) -> None:
-    assert backend.is_session_id(SID)
-    assert backend.is_session_id("a" * 40)
-    assert not backend.is_session_id("a" * 41)
-    assert not backend.is_session_id("Uakgb_J5m9g-0JDMbcJqL")
-    assert not backend.is_session_id("")
+def test_session_ids_are_agentcores() -> None:
+    assert _is_session_id(SID)
+    assert _is_session_id("a" * 40)
+    assert not _is_session_id("a" * 41)
+    assert not _is_session_id("Uakgb_J5m9g-0JDMbcJqL")
+    assert not _is_session_id("")
 
 
 # -- through the app, against the fake --------------------------------------------------
@@ -308,10 +315,11 @@ def test_round_trips_per_call(fake_client: TestClient, agentcore_fake: RunningFa
     assert calls == ["PUT sessions/start", "invoke writeFiles"]  # the write carries the touch
     calls.clear()
     assert fake_client.get(f"/v1/download/{session}/a.txt").content == b"x"
-    assert calls == ["GET sessions/get", "invoke readFiles", "invoke writeFiles"]  # a read can't
+    assert calls == ["GET sessions/get", "invoke executeCommand", "invoke readFiles"]  # the stat carries it
     calls.clear()
     fake_client.post("/v1/exec", json={"lang": "py", "code": "print(1)", "session_id": session})
-    assert calls == ["GET sessions/get", "invoke executeCommand", "invoke executeCode", "invoke executeCommand"]
+    hold, listing, release = ["invoke executeCommand"] * 3
+    assert calls == ["GET sessions/get", hold, listing, "invoke executeCode", listing, release]
 
 
 def test_a_language_agentcore_lacks_is_a_clear_400(fake_client: TestClient) -> None:

@@ -174,7 +174,7 @@ def test_download_ids_that_escape_are_refused(client: TestClient) -> None:
 
 
 def test_auth_fails_closed(settings, sandbox_root) -> None:
-    from codeexec.app import create_app
+    from codeexec.api.app import create_app
 
     open_app = create_app(settings.model_copy(update={"code_exec_api_key": None}))
     reply = TestClient(open_app).post("/v1/exec", json={"lang": "py", "code": "print(1)"}, headers={"X-API-Key": ""})
@@ -191,7 +191,7 @@ def test_missing_or_wrong_key_is_a_401(app) -> None:
 
 
 def test_another_orgs_session_is_a_404(settings, sandbox_root, client: TestClient) -> None:
-    from codeexec.app import create_app
+    from codeexec.api.app import create_app
 
     session = upload(client, "mine.txt", b"secret")["session_id"]
     other = TestClient(

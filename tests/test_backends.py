@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import pytest
@@ -12,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from codeexec.app import create_app
+from codeexec.api.app import create_app
 from codeexec.reaper import reap
 from codeexec.settings import Settings
 
@@ -52,7 +53,7 @@ def client(app: FastAPI) -> Iterator[TestClient]:
     ],
 )
 def test_each_language_runs_with_its_args(client: TestClient, app: FastAPI, lang: str, code: str, stdout: str) -> None:
-    if lang not in app.state.service.sandboxes.languages:
+    if lang not in app.state.service.sessions.sandboxes.languages:
         pytest.skip(f"this host lacks the {lang} toolchain")
     body = run(client, code, lang=lang, args=["a b", "c"])
     assert (body["stdout"], body["stderr"]) == (stdout, "")
@@ -103,7 +104,7 @@ def test_the_time_limit_stops_a_run_with_a_note(backend_settings: Settings) -> N
 
 
 def test_the_reaper_ends_idle_sessions_only(client: TestClient, app: FastAPI) -> None:
-    sandboxes = app.state.service.sandboxes
+    sandboxes = app.state.service.sessions.sandboxes
     session = upload(client, "a.txt", b"x")["session_id"]
     now = time.time()
 
@@ -115,3 +116,40 @@ def test_the_reaper_ends_idle_sessions_only(client: TestClient, app: FastAPI) ->
     assert (report.ended, report.failed) == (1, 0)
     assert client.get(f"/v1/files/{session}").status_code == 404
     assert list(sandboxes.leases()) == []
+
+
+def test_the_object_route_answers_the_files_real_modification_time(client: TestClient) -> None:
+    session = upload(client, "data.csv", b"a,b\n")["session_id"]
+    listed = client.get(f"/v1/files/{session}", params={"detail": "summary"}).json()[0]
+    info = client.get(f"/v1/sessions/{session}/objects/data.csv").json()
+    # LibreChat takes a file older than 23 hours for gone and uploads it again.
+    assert info["lastModified"] == listed["lastModified"]
+    modified = datetime.fromisoformat(info["lastModified"].replace("Z", "+00:00"))
+    assert abs(modified.timestamp() - time.time()) < 3600
+    assert (info["size"], info["contentType"]) == (4, "text/csv")
+
+
+def test_two_concurrent_execs_in_one_session_each_report_their_own_file(client: TestClient) -> None:
+    session = run(client, "echo ready", lang="bash")["session_id"]
+
+    def write(name: str) -> dict:
+        return run(client, f"sleep 0.5; echo {name} > {name}.txt", lang="bash", session_id=session)
+
+    with ThreadPoolExecutor(2) as pool:
+        replies = list(pool.map(write, ["first", "second"]))
+    assert [[f["id"] for f in reply["files"]] for reply in replies] == [["first.txt"], ["second.txt"]]
+    assert {reply["session_id"] for reply in replies} == {session}
+
+
+def test_an_input_copied_during_a_run_is_not_that_runs_output(client: TestClient) -> None:
+    """A second exec into a session copies an input in while the first one runs: the copy
+    waits for the first run, so the first reply lists only what its own run wrote."""
+    session = run(client, "echo ready", lang="bash")["session_id"]
+    elsewhere = upload(client, "input.csv", b"1,2\n")["session_id"]
+    ref = {"id": "input.csv", "name": "input.csv", "session_id": elsewhere}
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(run, client, "import time; time.sleep(2)", session_id=session)
+        time.sleep(0.7)
+        second = pool.submit(run, client, "print(open('input.csv').read())", session_id=session, files=[ref])
+        assert first.result()["files"] == []
+        assert second.result()["stdout"] == "1,2\n\n"

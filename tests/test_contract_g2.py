@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from codeexec.app import create_app
+from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
 from .conftest import API_KEY

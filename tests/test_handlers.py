@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from codeexec.sandbox.port import BackendUnavailable
+from codeexec.errors import BackendUnavailable
 from codeexec.settings import get_settings
 
 from .lambda_events import (
@@ -160,10 +160,10 @@ def test_metrics_count_runs_and_failures(
     _, metrics = printed(capsys.readouterr().out)
     assert (metrics[-1]["Runs"], metrics[-1]["Failures"]) == (1, 0)
 
-    def unavailable(org: str) -> None:
+    def unavailable(*args: object) -> None:
         raise BackendUnavailable("the backend is down")
 
-    monkeypatch.setattr(api.asgi.app.state.service.sandboxes, "create", unavailable)
+    monkeypatch.setattr(api.asgi.app.state.service.sessions.sandboxes, "create", unavailable)
     assert call(api, "upload")["statusCode"] == 503
     _, metrics = printed(capsys.readouterr().out)
     assert metrics[-1]["Failures"] == 1

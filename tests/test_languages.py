@@ -12,9 +12,10 @@ from dataclasses import replace
 import pytest
 from fastapi.testclient import TestClient
 
-from codeexec.app import create_app
+from codeexec.api.app import create_app
 from codeexec.languages import LANGUAGES
-from codeexec.sandbox.local import LocalSandbox
+from codeexec.sandbox.local import bwrap
+from codeexec.sandbox.local.toolchains import TOOLCHAINS
 from codeexec.settings import Settings
 
 from .conftest import API_KEY
@@ -180,7 +181,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 def test_the_table_is_the_contracts_thirteen_languages() -> None:
     assert set(LANGUAGES) == {"py", "js", "ts", "c", "cpp", "java", "php", "rs", "go", "d", "f90", "r", "bash"}
-    assert set(HELLO) == set(LANGUAGES)
+    assert set(HELLO) == set(LANGUAGES) == set(TOOLCHAINS)
 
 
 def test_health_lists_every_language_installed_here(client: TestClient) -> None:
@@ -268,14 +269,14 @@ def test_other_sources_keep_their_name() -> None:
 
 
 def test_a_missing_linker_makes_a_language_unavailable() -> None:
-    rust = LANGUAGES["rs"]
+    rust = TOOLCHAINS["rs"]
     assert rust.available()
     assert not replace(rust, needs=("/nonexistent/cc",)).available()
 
 
 def test_missing_toolchain_is_a_400_naming_the_language(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
-    d = LANGUAGES["d"]
-    monkeypatch.setitem(LANGUAGES, "d", replace(d, compile=("/nonexistent/ldc2", *d.compile[1:])))
+    d = TOOLCHAINS["d"]
+    monkeypatch.setitem(TOOLCHAINS, "d", replace(d, compile=("/nonexistent/ldc2", *d.compile[1:])))
     client = TestClient(create_app(settings), headers={"X-API-Key": API_KEY})
     reply = client.post("/v1/exec", json={"lang": "d", "code": "void main() {}"})
     assert reply.status_code == 400
@@ -287,14 +288,14 @@ def test_slow_toolchains_get_their_own_time_limit(
     client: TestClient, monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> None:
     seen: list[float] = []
-    real_run = LocalSandbox.run
+    real_run = bwrap.run
 
-    def recording_run(self: LocalSandbox, argv: list[str], program: dict[str, bytes], timeout: float) -> object:
+    def recording_run(data_dir: str, argv: list[str], program: object, timeout: float, *rest: object) -> object:
         seen.append(timeout)
-        return real_run(self, argv, program, timeout)
+        return real_run(data_dir, argv, program, timeout, *rest)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(LocalSandbox, "run", recording_run)
+    monkeypatch.setattr(bwrap, "run", recording_run)
     run(client, "true", "bash")
     run(client, "fn main() {}", "rs")
-    assert LANGUAGES["rs"].min_timeout > settings.run_timeout_seconds
-    assert seen == [settings.run_timeout_seconds, LANGUAGES["rs"].min_timeout]
+    assert TOOLCHAINS["rs"].min_timeout > settings.run_timeout_seconds
+    assert seen == [settings.run_timeout_seconds, TOOLCHAINS["rs"].min_timeout]

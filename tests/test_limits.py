@@ -15,9 +15,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from codeexec.app import create_app
-from codeexec.sandbox import cgroups
-from codeexec.sandbox.limits import Limits
+from codeexec.api.app import create_app
+from codeexec.sandbox import make_sandboxes
+from codeexec.sandbox.local import cgroups
+from codeexec.sandbox.local.limits import Limits
 from codeexec.settings import Settings
 
 from .calls import run
@@ -50,7 +51,9 @@ def settings(settings: Settings) -> Settings:
     )
 
 
-def test_every_limit_has_a_default_a_setting_and_a_readme_row(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_limit_has_a_default_a_setting_and_a_readme_row(
+    monkeypatch: pytest.MonkeyPatch, sandbox_root: Path
+) -> None:
     readme = README.read_text()
     for name in LIMITS:
         default = Settings.model_fields[name].default
@@ -60,7 +63,11 @@ def test_every_limit_has_a_default_a_setting_and_a_readme_row(monkeypatch: pytes
         monkeypatch.setenv(name.upper(), "7")
     configured = Settings()
     assert all(getattr(configured, name) == 7 for name in LIMITS)
-    assert Limits.from_settings(configured, 7) == Limits(7, 7, 7, 7, 7, 7, 7)
+    # Each reaches what enforces it: the backend's run limits, or the session layer's.
+    backend = make_sandboxes(configured.model_copy(update={"sandbox_root": sandbox_root}))
+    assert backend.limits == Limits(7, 7, 7, 7, 7, 7)  # type: ignore[attr-defined]
+    limits = create_app(configured.model_copy(update={"sandbox_root": sandbox_root})).state.service.sessions.limits
+    assert (limits.run_timeout_seconds, limits.max_files_per_run) == (7, 7)
 
 
 # What the program sees: rlimits hold everywhere, cgroups hold the rest where present.

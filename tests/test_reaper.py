@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from codeexec import interpreter
+from codeexec.errors import SessionNotFound
 from codeexec.reaper import reap
+from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.local import LocalSandboxes
-from codeexec.sandbox.port import SessionNotFound
+from codeexec.sandbox.port import Owner
 from codeexec.server import start_reaper
+from codeexec.sessions import SessionLimits, Sessions
 from codeexec.settings import Settings
 from codeexec.wire import ExecRequest
 
@@ -26,29 +28,42 @@ HOUR = 3600.0
 PROJECT = Path(__file__).parent.parent
 
 
+DEFAULT = Owner("default")
+
+
 @pytest.fixture
 def sandboxes(settings: Settings) -> LocalSandboxes:
-    return LocalSandboxes(settings.model_copy(update={"lease_ttl_seconds": 10 * HOUR}))
+    made = make_sandboxes(settings.model_copy(update={"lease_ttl_seconds": 10 * HOUR}))
+    assert isinstance(made, LocalSandboxes)
+    return made
 
 
-def new_session(sandboxes: LocalSandboxes, org: str = "default") -> str:
-    with sandboxes.create(org) as sandbox:
+def sessions_over(sandboxes: LocalSandboxes) -> Sessions:
+    return Sessions(sandboxes, SessionLimits(run_timeout_seconds=20, max_files_per_run=100, max_upload_bytes=1 << 20))
+
+
+def new_session(sandboxes: LocalSandboxes, owner: Owner = DEFAULT) -> str:
+    with sandboxes.create(owner.tag()) as sandbox:
         return sandbox.id
+
+
+def anyone(lease: object) -> bool:
+    return True
 
 
 def alive(sandboxes: LocalSandboxes, session_id: str) -> bool:
     try:
-        with sandboxes.open("default", session_id):
+        with sandboxes.open(session_id, anyone):
             return True
     except SessionNotFound:
         return False
 
 
-def test_lease_records_org_time_and_ttl(sandboxes: LocalSandboxes) -> None:
+def test_lease_records_owner_time_and_ttl(sandboxes: LocalSandboxes) -> None:
     before = time.time()
-    session = new_session(sandboxes, org="acme")
+    session = new_session(sandboxes, Owner("acme", "alice"))
     [lease] = list(sandboxes.leases())
-    assert (lease.session_id, lease.org, lease.ttl_seconds) == (session, "acme", 10 * HOUR)
+    assert (lease.session_id, lease.owner, lease.ttl_seconds) == (session, Owner("acme", "alice").tag(), 10 * HOUR)
     assert before <= lease.leased_at <= lease.touched_at <= time.time()
 
 
@@ -80,7 +95,7 @@ def test_a_session_in_a_long_run_is_not_ended(sandboxes: LocalSandboxes) -> None
     started, release = threading.Event(), threading.Event()
 
     def long_call() -> None:
-        with sandboxes.open("default", session):
+        with sandboxes.open(session, anyone):
             started.set()
             release.wait(10)
 
@@ -99,7 +114,7 @@ def test_a_real_run_holds_its_session(sandboxes: LocalSandboxes, settings: Setti
     session = new_session(sandboxes)
     request = ExecRequest(lang="bash", code="sleep 1.5; echo done > done.txt", session_id=session)
     with ThreadPoolExecutor(1) as pool:
-        reply = pool.submit(interpreter.run, sandboxes, "default", request, 20)
+        reply = pool.submit(sessions_over(sandboxes).execute, DEFAULT, request)
         time.sleep(0.5)
         report = reap(sandboxes, idle_timeout=0, clock=lambda: time.time() + 100 * HOUR)
         assert reply.result().files[0].id == "done.txt"
@@ -110,7 +125,7 @@ def test_a_real_run_holds_its_session(sandboxes: LocalSandboxes, settings: Setti
 def test_an_ended_session_is_a_404_and_a_run_naming_it_gets_a_new_one(client: TestClient, app) -> None:
     up = client.post("/v1/upload", files={"file": ("a.txt", b"a")}).json()
     session = up["session_id"]
-    interpreter.end(app.state.service.sandboxes, session)
+    app.state.service.sessions.end(session)
     assert client.get(f"/v1/files/{session}").status_code == 404
     assert client.get(f"/v1/download/{session}/a.txt").status_code == 404
     assert client.delete(f"/v1/files/{session}/a.txt").status_code == 404
@@ -146,7 +161,7 @@ def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> 
 
     def one_run(i: int) -> tuple[str, str, list[str]]:
         request = ExecRequest(lang="py", code=f"open('f{i}.txt','w').write('{i}')\nprint({i})")
-        reply = interpreter.run(sandboxes, "default", request, 20)
+        reply = sessions_over(sandboxes).execute(DEFAULT, request)
         return reply.session_id, reply.stdout, [f.id for f in reply.files]
 
     with ThreadPoolExecutor(8) as pool:
@@ -157,7 +172,7 @@ def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> 
     assert sum(r.failed for r in reports) == 0
     for i, (session, stdout, files) in enumerate(results):
         assert stdout == f"{i}\n" and files == [f"f{i}.txt"]
-        with sandboxes.open("default", session) as sandbox:
+        with sandboxes.open(session, anyone) as sandbox:
             reader, _ = sandbox.open_file(f"f{i}.txt")
             assert reader.read() == str(i).encode()
     assert not any(alive(sandboxes, s) for s in doomed)
@@ -165,7 +180,8 @@ def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> 
 
 def test_embedded_server_reaps_on_a_timer(settings: Settings) -> None:
     quick = settings.model_copy(update={"reap_interval_seconds": 0.05, "idle_timeout_seconds": 0})
-    sandboxes = LocalSandboxes(quick)
+    sandboxes = make_sandboxes(quick)
+    assert isinstance(sandboxes, LocalSandboxes)
     session = new_session(sandboxes)
     stop = start_reaper(sandboxes, quick)
     try:
@@ -191,7 +207,7 @@ def test_the_reaper_function_ends_an_api_session_from_outside(settings: Settings
     import httpx
     import uvicorn
 
-    from codeexec.app import create_app
+    from codeexec.api.app import create_app
 
     from .conftest import API_KEY, free_port
 

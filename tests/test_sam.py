@@ -85,7 +85,8 @@ def test_sam_validates_and_builds_a_bundle(tmp_path: Path) -> None:
     assert (build / "ApiFunction" / "api.py").is_file()
     assert (build / "ReaperFunction" / "reaper.py").is_file()
     layer = build / "CodeExecLayer" / "python"
-    assert (layer / "codeexec" / "app.py").is_file()
+    for module in ("api/app.py", "api/routers/files.py", "sessions.py", "sandbox/agentcore/sandboxes.py"):
+        assert (layer / "codeexec" / module).is_file(), module
     installed = {_normalized(p.name.split("-")[0]) for p in layer.glob("*.dist-info")}
     required = {_normalized(re.split(r"[<>=!~\[; ]", line)[0]) for line in _requirements()}
     assert required <= installed

@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from codeexec.app import create_app
+from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
 from .conftest import API_KEY

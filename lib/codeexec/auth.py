@@ -19,12 +19,9 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Mapping
 
+from .errors import Unauthorized
 from .settings import Settings
 from .tokens import InvalidToken, TokenVerifier
-
-
-class Unauthorized(Exception):
-    pass
 
 
 class Authenticator:

@@ -6,6 +6,8 @@ import re
 import secrets
 from pathlib import PurePosixPath
 
+from .errors import BadRequest
+
 # LibreChat validates session ids with exactly this pattern on some of its routes.
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{21}")
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
@@ -19,17 +21,13 @@ def is_session_id(value: str) -> bool:
     return _SESSION_ID.fullmatch(value) is not None
 
 
-class BadFileId(ValueError):
-    pass
-
-
 def file_path(file_id: str) -> str:
-    """The file id as a normalized relative path, or BadFileId if it could escape."""
+    """The file id as a normalized relative path, or BadRequest if it could escape."""
     if not file_id or "\x00" in file_id or "\\" in file_id:
-        raise BadFileId("file id is empty or holds a forbidden character")
+        raise BadRequest("file id is empty or holds a forbidden character")
     path = PurePosixPath(file_id)
     if path.is_absolute() or any(part in ("..", ".") for part in path.parts):
-        raise BadFileId("file id must be a path inside the session's directory")
+        raise BadRequest("file id must be a path inside the session's directory")
     return path.as_posix()
 
 
@@ -37,5 +35,5 @@ def upload_name(filename: str | None) -> str:
     """An uploaded file's name cut to a flat, safe file id (the basename)."""
     name = PurePosixPath((filename or "").replace("\\", "/")).name
     if name in ("", ".", "..") or "\x00" in name:
-        raise BadFileId("the upload has no usable filename")
+        raise BadRequest("the upload has no usable filename")
     return name

@@ -14,7 +14,7 @@ import threading
 import uvicorn
 from pydantic import SecretStr
 
-from .app import create_app
+from .api.app import create_app
 from .reaper import reap
 from .sandbox.port import Sandboxes
 from .settings import Settings
@@ -33,7 +33,7 @@ def main() -> None:
     host = os.environ.get("HOST", "127.0.0.1")
     port = int(os.environ.get("PORT", "8000"))
     app = create_app(settings)
-    start_reaper(app.state.service.sandboxes, settings)
+    start_reaper(app.state.service.sessions.sandboxes, settings)
     print(f"Code interpreter on http://{host}:{port}/v1 (backend: {settings.sandbox_backend})", flush=True)
     uvicorn.run(app, host=host, port=port, log_level="info")
 

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
+from .errors import KeysUnavailable
+
 # PyJWT (and cryptography under it) is imported in the functions that check a token, so
 # a deployment without token checking does not pay for it at every cold start.
 if TYPE_CHECKING:
@@ -33,10 +35,6 @@ FETCH_TIMEOUT_SECONDS = 5
 
 class InvalidToken(Exception):
     """A token is present but not acceptable (401). The message is the reason."""
-
-
-class KeysUnavailable(Exception):
-    """The key set cannot be fetched or is unusable, so no token can be checked now (503)."""
 
 
 class _Keys(Protocol):

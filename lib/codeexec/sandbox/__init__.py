@@ -1,4 +1,8 @@
-"""Sandbox backends behind one port (`port.py`), chosen by SANDBOX_BACKEND."""
+"""Sandbox backends behind one port (`port.py`), chosen by SANDBOX_BACKEND.
+
+Backends take their configuration as plain values, read here from the settings: none of
+them knows the service's `Settings`.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,36 @@ from .port import Sandboxes
 def make_sandboxes(settings: Settings) -> Sandboxes:
     # Imported here so a deployment loads only the backend it uses (cold starts).
     if settings.sandbox_backend == "local":
-        from .local import LocalSandboxes
+        from .local import Limits, LocalConfig, LocalSandboxes
 
-        return LocalSandboxes(settings)
+        limits = Limits(
+            cpu_seconds=settings.run_cpu_seconds,
+            memory_bytes=settings.run_memory_bytes,
+            max_processes=settings.run_max_processes,
+            max_output_bytes=settings.max_output_bytes,
+            max_file_bytes=settings.max_file_bytes,
+            max_session_bytes=settings.max_session_bytes,
+        )
+        return LocalSandboxes(
+            LocalConfig(
+                root=settings.sandbox_root,
+                lease_ttl_seconds=settings.lease_ttl_seconds,
+                limits=limits,
+                sandbox_uid=settings.sandbox_uid,
+                sandbox_gid=settings.sandbox_gid,
+                use_cgroups=settings.sandbox_cgroups,
+            )
+        )
     if settings.sandbox_backend == "agentcore":
-        from .agentcore import AgentCoreSandboxes
+        from .agentcore import AgentCoreConfig, AgentCoreSandboxes
 
-        return AgentCoreSandboxes(settings)
+        return AgentCoreSandboxes(
+            AgentCoreConfig(
+                interpreter_id=settings.agentcore_code_interpreter_id,
+                endpoint_url=settings.agentcore_endpoint_url,
+                lease_ttl_seconds=settings.lease_ttl_seconds,
+                run_timeout_seconds=settings.run_timeout_seconds,
+                max_output_bytes=settings.max_output_bytes,
+            )
+        )
     raise RuntimeError(f"SANDBOX_BACKEND={settings.sandbox_backend} is not available")

@@ -1,132 +1,162 @@
-"""The sandbox port: the one small interface the interpreter knows about where code runs.
+"""The sandbox port: the one small interface the service knows about where code runs.
 
 A session IS a sandbox. Its id is the session id, its files live under the artifact
-directory (`/mnt/data` inside it), and what it owns (organization, lease) lives with the
+directory (`/mnt/data` inside it), and what it owns (its owner, its lease) lives with the
 sandbox itself. A backend keeps no table of its own beside the sandboxes.
 
-Every path here is a file id: a POSIX path relative to the artifact directory, already
-checked by `codeexec.ids.file_path` (no `..`, not absolute, no NUL). Backends still refuse
-to follow a symlink out of the directory, because a program can make one.
+What crosses the port is the library's own types: a `Program` to run (never a command
+line: each backend decides how to run one), `FileInfo`s with real sizes and times, a
+`RunResult` that reports the limits a run hit as facts (`LimitHit`), which
+`codeexec.notes` turns into sentences. Failures cross it as `codeexec.errors` types,
+mapped at each backend's own boundary.
+
+Every path here is a POSIX path relative to the artifact directory, already checked by
+`codeexec.ids.file_path` (no `..`, not absolute, no NUL). Backends still refuse to follow
+a symlink out of the directory, because a program can make one.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import base64
+import hashlib
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol, runtime_checkable
+from enum import Enum
+from typing import BinaryIO, Protocol
 
 
-class SessionNotFound(Exception):
-    """The session does not exist, has ended, or belongs to another organization.
+@dataclass(frozen=True)
+class Owner:
+    """Who a session belongs to: an organization, and one user of it ("" names none,
+    and is then a user of its own)."""
 
-    The three are one error on purpose: a caller must not learn that another tenant's
-    session exists."""
+    org: str
+    user: str = ""
 
-
-class FileNotFound(Exception):
-    """No such file in the session (or the id leads out of the artifact directory)."""
-
-
-class BackendUnavailable(Exception):
-    """The sandbox backend cannot serve now (503). `retry_after` is a hint in seconds."""
-
-    def __init__(self, message: str, retry_after: int | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+    def tag(self) -> OwnerTag:
+        return OwnerTag(_digest("org", self.org), _digest("user", self.org, self.user))
 
 
-class TooLarge(Exception):
-    """An upload or a file is over its limit (413)."""
+@dataclass(frozen=True)
+class OwnerTag:
+    """What a sandbox records of its owner: digests, short enough for any backend's
+    metadata (AgentCore keeps them in a 100-character session name), naming nobody."""
+
+    org: str
+    user: str
+
+
+def _digest(*parts: str) -> str:
+    digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).digest()[:16]
+    return base64.b32encode(digest).decode().rstrip("=").lower()
+
+
+@dataclass(frozen=True)
+class Lease:
+    session_id: str
+    owner: OwnerTag
+    # An upload made for everyone of the organization (an agent's files, a skill): runs
+    # copy from it and never land in it.
+    shared: bool
+    leased_at: float  # epoch seconds
+    ttl_seconds: int
+    touched_at: float  # epoch seconds of the last call that addressed the session
 
 
 @dataclass(frozen=True)
 class FileInfo:
-    path: str  # the file id: relative to the artifact directory
+    path: str  # relative to the artifact directory
     size: int
     mtime_ns: int  # real modification time: LibreChat re-uploads what looks older than 23 h
+
+
+@dataclass(frozen=True)
+class Program:
+    """One program to run, as the caller wrote it."""
+
+    lang: str  # one of codeexec.languages.LANGUAGES
+    code: str
+    args: tuple[str, ...] = ()
+    timeout: float = 30.0  # wall-clock seconds the caller allows; a backend may allow more
+
+
+class Limit(Enum):
+    TIME = "time"  # wall clock
+    CPU = "cpu"
+    MEMORY = "memory"
+    PROCESSES = "processes"
+    FILE_SIZE = "file size"
+    SESSION_DISK = "session disk"
+    OUTPUT = "output"
+
+
+@dataclass(frozen=True)
+class LimitHit:
+    """A limit a run reached, as a fact; `codeexec.notes` says it in words."""
+
+    limit: Limit
+    amount: float  # the limit itself: seconds, bytes or a count
+    stopped: bool = True  # the run was stopped by it (else it only could not go past it)
+    stream: str = ""  # OUTPUT: which one, stdout or stderr
+    still_running: bool = False  # TIME: the service stopped waiting, the program may not have
 
 
 @dataclass(frozen=True)
 class RunResult:
     stdout: str
     stderr: str
-    exit_code: int | None  # None when the run was killed (limit hit)
-    # Plain sentences for the caller, e.g. "Stopped: the run exceeded its 30 s time limit."
-    # The interpreter appends them to stderr.
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Lease:
-    session_id: str
-    org: str
-    leased_at: float  # epoch seconds
-    ttl_seconds: int
-    touched_at: float  # epoch seconds of the last call that addressed the session
+    exit_code: int | None  # None when the run was stopped
+    hits: tuple[LimitHit, ...] = ()
 
 
 class Sandbox(Protocol):
-    """One leased sandbox. Obtained from `Sandboxes.create` or `Sandboxes.open`."""
+    """One leased sandbox, obtained from `Sandboxes.create` or `Sandboxes.open`."""
 
-    @property
-    def id(self) -> str: ...
+    id: str  # the session id
+    lease: Lease
 
-    def write_file(self, path: str, data: BinaryIO, limit: int | None = None) -> FileInfo:
-        """Write atomically: a failed or oversized write (TooLarge) leaves nothing behind."""
+    def write_file(self, path: str, data: BinaryIO, limit: int) -> None:
+        """Write atomically, replacing what is there: a failed or oversized write
+        (TooLarge past `limit` bytes) leaves nothing behind."""
 
     def open_file(self, path: str) -> tuple[BinaryIO, FileInfo]:
-        """Open for reading (the caller closes it), refusing anything outside the directory."""
+        """The file's bytes as they were at one moment, with their real stat; the caller
+        closes the reader. FileNotFound for anything but a regular file inside."""
+
+    def stat(self, path: str) -> FileInfo:
+        """The file's real size and modification time; FileNotFound as for open_file."""
 
     def list_files(self) -> list[FileInfo]:
         """Every regular file under the artifact directory, recursively."""
 
     def remove_file(self, path: str) -> None: ...
 
-    def run(
-        self,
-        argv: Sequence[str],
-        program: Mapping[str, bytes],
-        timeout: float,
-    ) -> RunResult:
-        """Run argv with `/mnt/data` as the working directory.
+    def exclusive(self) -> AbstractContextManager[None]:
+        """Hold off every other holder of this sandbox, across processes, until exit.
 
-        `program` maps file names to contents placed in `/code`, outside the artifact
-        directory, so the source never shows up as an output file."""
+        The session layer holds it around every change to the session (input copies, the
+        run and the listings around it, uploads, removals), so a reply names exactly the
+        files its own call changed. Required: a backend that could not lock would have to
+        say so here, in a documented no-op."""
 
-
-@runtime_checkable
-class Exclusive(Protocol):
-    """What a sandbox offers when it can hold off other runs in it, across processes.
-
-    The interpreter holds it around snapshot, run and listing, so that two runs in one
-    session at once each report their own files. Optional: a backend without it leaves
-    concurrent runs in one session to the caller."""
-
-    def exclusive(self) -> AbstractContextManager[None]: ...
-
-
-def exclusive(sandbox: Sandbox) -> AbstractContextManager[None]:
-    """The sandbox's exclusive hold where it has one, else nothing to hold."""
-    return sandbox.exclusive() if isinstance(sandbox, Exclusive) else contextlib.nullcontext()
+    def run(self, program: Program) -> RunResult:
+        """Run the program with the artifact directory as its working directory. Its
+        source lives outside that directory, so it never shows up as an output file."""
 
 
 class Sandboxes(Protocol):
     """A sandbox backend."""
 
-    #: the `lang` values this backend can run (a subset of codeexec.languages.LANGUAGES)
+    #: the `lang` values this backend can run
     languages: frozenset[str]
 
-    def is_session_id(self, session_id: str) -> bool:
-        """Whether the string is shaped like one of this backend's ids. Checked before
-        the id reaches a filesystem or a cloud API."""
+    def create(self, owner: OwnerTag, shared: bool = False) -> AbstractContextManager[Sandbox]:
+        """Lease a new sandbox with the backend's TTL, and hold it open."""
 
-    def create(self, org: str) -> AbstractContextManager[Sandbox]:
-        """Lease a new sandbox for `org` with the configured TTL."""
-
-    def open(self, org: str, session_id: str) -> AbstractContextManager[Sandbox]:
-        """Open a live sandbox of `org` and touch it; SessionNotFound otherwise.
+    def open(self, session_id: str, admit: Callable[[Lease], bool]) -> AbstractContextManager[Sandbox]:
+        """Open a live sandbox whose lease `admit`s the caller, and touch it; else
+        SessionNotFound (an id of the wrong shape never reaches a filesystem or an API).
 
         While the context is open the reaper does not end the sandbox."""
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..settings import Settings
-
 PRLIMIT = "/usr/bin/prlimit"
 # Not a setting: enough for any runtime, and it bounds the kernel memory open files cost.
 _OPEN_FILES = 1024
@@ -20,25 +18,14 @@ _OPEN_FILES = 1024
 
 @dataclass(frozen=True)
 class Limits:
-    timeout: float  # wall-clock seconds for the whole run
+    """What every run may use; its wall-clock limit comes with each program."""
+
     cpu_seconds: int  # per process
     memory_bytes: int  # the whole run (cgroup), else per process (address space)
     max_processes: int  # processes and threads of the whole run (cgroup), else of the uid
     max_output_bytes: int  # each of stdout and stderr
     max_file_bytes: int  # one file
     max_session_bytes: int  # all of the session's files together
-
-    @classmethod
-    def from_settings(cls, settings: Settings, timeout: float) -> Limits:
-        return cls(
-            timeout=timeout,
-            cpu_seconds=settings.run_cpu_seconds,
-            memory_bytes=settings.run_memory_bytes,
-            max_processes=settings.run_max_processes,
-            max_output_bytes=settings.max_output_bytes,
-            max_file_bytes=settings.max_file_bytes,
-            max_session_bytes=settings.max_session_bytes,
-        )
 
     def prlimit_argv(self, cgroup_controllers: frozenset[str]) -> list[str]:
         """The `prlimit ... --` prefix for the program's argv."""

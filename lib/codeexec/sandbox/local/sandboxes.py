@@ -1,9 +1,9 @@
 """The `local` backend: a sandbox is a directory on this host, code runs under bubblewrap.
 
     SANDBOX_ROOT/<session_id>/
-        lease.json   organization, leased at, TTL (written once, read-only to everyone else)
+        lease.json   owner, shared, leased at, TTL (written once, read-only to everyone else)
         lock         flock: calls hold it shared, ending takes it exclusive
-        run.lock     flock: a run holds it exclusive, so runs in one session go one at a time
+        run.lock     flock: the session's exclusive hold (sessions.py takes it for changes)
         data/        the artifact directory, bound at /mnt/data inside the sandbox
 
 The program sees only data/, so it can neither read nor change its own lease. "Last
@@ -21,38 +21,48 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .. import ids
-from ..languages import LANGUAGES
-from ..settings import Settings
+from ... import ids
+from ...errors import SessionNotFound, TooLarge
+from ...languages import LANGUAGES
+from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
 from . import bwrap, cgroups, disk, files
 from .limits import Limits
-from .port import FileInfo, Lease, RunResult, SessionNotFound, TooLarge
+from .toolchains import TOOLCHAINS
 
 _TOMBSTONE = ".ended-"
 
 
+@dataclass(frozen=True)
+class LocalConfig:
+    root: Path  # one directory per session under it
+    lease_ttl_seconds: int
+    limits: Limits
+    # The host uid/gid programs run as when the service runs as root.
+    sandbox_uid: int = 65534
+    sandbox_gid: int = 65534
+    use_cgroups: bool = True  # where the host offers them; else rlimits alone hold
+
+
 class LocalSandbox:
-    def __init__(self, session_id: str, path: Path, backend: LocalSandboxes) -> None:
-        self._id = session_id
+    def __init__(self, path: Path, lease: Lease, backend: LocalSandboxes) -> None:
+        self.id = lease.session_id
+        self.lease = lease
         self._path = path
         self._data = str(path / "data")
         self._backend = backend
 
-    @property
-    def id(self) -> str:
-        return self._id
-
-    def write_file(self, path: str, data: BinaryIO, limit: int | None = None) -> FileInfo:
+    def write_file(self, path: str, data: BinaryIO, limit: int) -> None:
         # The session's disk limit holds for what comes in from outside as for what runs write.
-        quota = self._backend.settings.max_session_bytes
+        quota = self._backend.limits.max_session_bytes
         room = quota - disk.usage(self._data).total
-        by_quota = limit is None or room < limit
+        by_quota = room < limit
         try:
-            return files.write_beneath(self._data, path, data, room if by_quota else limit, self._backend.sandbox_user)
+            files.write_beneath(self._data, path, data, min(room, limit), self._backend.sandbox_user)
         except TooLarge:
             if not by_quota:
                 raise
@@ -61,16 +71,29 @@ class LocalSandbox:
     def open_file(self, path: str) -> tuple[BinaryIO, FileInfo]:
         return files.open_beneath(self._data, path)
 
+    def stat(self, path: str) -> FileInfo:
+        return files.stat_beneath(self._data, path)
+
     def list_files(self) -> list[FileInfo]:
         return files.list_beneath(self._data)
 
     def remove_file(self, path: str) -> None:
         files.remove_beneath(self._data, path)
 
-    def run(self, argv: Sequence[str], program: Mapping[str, bytes], timeout: float) -> RunResult:
-        limits = Limits.from_settings(self._backend.settings, timeout)
+    def run(self, program: Program) -> RunResult:
+        toolchain = TOOLCHAINS[program.lang]
+        source = LANGUAGES[program.lang].source_name(program.code)
+        argv = toolchain.argv(program.lang, source, program.args)
         backend = self._backend
-        return bwrap.run(self._data, argv, program, limits, backend.sandbox_user, backend.cgroup_parents)
+        return bwrap.run(
+            self._data,
+            argv,
+            {source: program.code.encode("utf-8", "surrogatepass")},
+            toolchain.timeout(program.timeout),
+            backend.limits,
+            backend.sandbox_user,
+            backend.cgroup_parents,
+        )
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -84,7 +107,7 @@ class LocalSandbox:
 
 
 class LocalSandboxes:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, config: LocalConfig) -> None:
         if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
             raise RuntimeError(
                 "SANDBOX_BACKEND=local refuses to run inside AWS Lambda: user code would run "
@@ -92,21 +115,19 @@ class LocalSandboxes:
             )
         if shutil.which("bwrap") is None:
             raise RuntimeError("SANDBOX_BACKEND=local needs bubblewrap: apt-get install bubblewrap")
-        self.settings = settings
-        self.root = settings.sandbox_root
+        self.root = config.root
+        self.lease_ttl_seconds = config.lease_ttl_seconds
+        self.limits = config.limits
         # Root hands the program an unprivileged uid; anyone else runs it as themselves.
-        self.sandbox_user = (settings.sandbox_uid, settings.sandbox_gid) if os.geteuid() == 0 else None
+        self.sandbox_user = (config.sandbox_uid, config.sandbox_gid) if os.geteuid() == 0 else None
         self.root.mkdir(parents=True, exist_ok=True)
         # Traversable (bwrap, as the sandbox uid, must reach data/) but not listable.
         self.root.chmod(0o711)
-        self.languages = frozenset(name for name, lang in LANGUAGES.items() if lang.available())
-        self.cgroup_parents = cgroups.detect() if settings.sandbox_cgroups else {}
-
-    def is_session_id(self, session_id: str) -> bool:
-        return ids.is_session_id(session_id)
+        self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
+        self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
 
     @contextlib.contextmanager
-    def create(self, org: str) -> Iterator[LocalSandbox]:
+    def create(self, owner: OwnerTag, shared: bool = False) -> Iterator[LocalSandbox]:
         session_id = ids.new_session_id()
         path = self.root / session_id
         path.mkdir(mode=0o711)
@@ -114,30 +135,35 @@ class LocalSandboxes:
         data.mkdir(mode=0o700)
         if self.sandbox_user:
             os.chown(data, *self.sandbox_user)
-        lease = {"org": org, "leased_at": time.time(), "ttl_seconds": self.settings.lease_ttl_seconds}
+        lease = {
+            "owner": {"org": owner.org, "user": owner.user},
+            "shared": shared,
+            "leased_at": time.time(),
+            "ttl_seconds": self.lease_ttl_seconds,
+        }
         (path / "lease.json").write_text(json.dumps(lease))
         (path / "lease.json").chmod(0o600)
         (path / "lock").touch(mode=0o600)
-        with self.open(org, session_id) as sandbox:
+        with self.open(session_id, lambda lease: True) as sandbox:
             yield sandbox
 
     @contextlib.contextmanager
-    def open(self, org: str, session_id: str) -> Iterator[LocalSandbox]:
-        if not self.is_session_id(session_id):
-            raise SessionNotFound(session_id)
+    def open(self, session_id: str, admit: Callable[[Lease], bool]) -> Iterator[LocalSandbox]:
+        if not ids.is_session_id(session_id):
+            raise SessionNotFound()
         path = self.root / session_id
         try:
             lock = os.open(path / "lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:
-            raise SessionNotFound(session_id) from exc
+            raise SessionNotFound() from exc
         try:
             fcntl.flock(lock, fcntl.LOCK_SH)
             # Re-check under the lock: an ending renamed the directory away while we waited.
             lease = self._lease_of(session_id, path)
-            if lease is None or lease.org != org:
-                raise SessionNotFound(session_id)
+            if lease is None or not admit(lease):
+                raise SessionNotFound()
             os.utime(lock)  # touch: the idle clock starts again
-            yield LocalSandbox(session_id, path, self)
+            yield LocalSandbox(path, lease, self)
         finally:
             os.close(lock)
 
@@ -156,7 +182,7 @@ class LocalSandboxes:
         answers 404, so nothing writes into or resurrects an ending session. The removal
         itself happens after the lock, on the tombstone; a removal that failed halfway is
         finished by the next `leases()` pass."""
-        if not self.is_session_id(session_id):
+        if not ids.is_session_id(session_id):
             return False
         path = self.root / session_id
         try:
@@ -182,7 +208,7 @@ class LocalSandboxes:
         for entry in os.scandir(self.root):
             if entry.name.startswith(_TOMBSTONE):
                 shutil.rmtree(entry.path, ignore_errors=True)  # an ending that did not finish
-            elif self.is_session_id(entry.name):
+            elif ids.is_session_id(entry.name):
                 lease = self._lease_of(entry.name, Path(entry.path))
                 if lease is not None:
                     yield lease
@@ -192,7 +218,7 @@ class LocalSandboxes:
         try:
             meta = json.loads((path / "lease.json").read_text())
             touched = (path / "lock").stat().st_mtime
-            return Lease(session_id, meta["org"], meta["leased_at"], meta["ttl_seconds"], touched)
-        except (OSError, ValueError, KeyError):
+            owner = OwnerTag(meta["owner"]["org"], meta["owner"]["user"])
+            return Lease(session_id, owner, meta["shared"], meta["leased_at"], meta["ttl_seconds"], touched)
+        except (OSError, ValueError, KeyError, TypeError):
             return None
-

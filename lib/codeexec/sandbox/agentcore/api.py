@@ -20,7 +20,7 @@ from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError  # type: ignore[import-untyped]
 from botocore.exceptions import ReadTimeoutError as BotocoreReadTimeout
 
-from .port import BackendUnavailable, SessionNotFound
+from ...errors import BackendUnavailable, SessionNotFound
 
 log = logging.getLogger("codeexec.agentcore")
 
@@ -119,8 +119,8 @@ def _mapped(operation: str, session_id: str | None = None) -> Iterator[None]:
         code = code[:1].upper() + code[1:]  # an error event names its member: throttlingException
         log.warning("AgentCore %s failed: %s", operation, code)
         if code == "ResourceNotFoundException" and session_id is not None:
-            raise SessionNotFound(session_id) from exc
-        raise BackendUnavailable(f"AgentCore {operation} failed: {code}", _RETRY_AFTER.get(code)) from exc
+            raise SessionNotFound() from exc
+        raise BackendUnavailable(f"AgentCore {operation} failed: {code}", retry_after=_RETRY_AFTER.get(code)) from exc
     except (BotocoreReadTimeout, urllib3.exceptions.ReadTimeoutError) as exc:
         log.warning("AgentCore %s timed out", operation)
         raise TimedOut(f"AgentCore {operation} did not answer in time", retry_after=1) from exc

@@ -14,7 +14,8 @@ import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from .port import FileInfo, FileNotFound, TooLarge
+from ...errors import FileNotFound, TooLarge
+from ..port import FileInfo
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 CHUNK = 1 << 16
@@ -45,12 +46,23 @@ def open_beneath(root: str, path: str) -> tuple[BinaryIO, FileInfo]:
         with _parent_dir(root, path) as (dir_fd, name):
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:  # missing, a symlink (ELOOP), not a directory...
-        raise FileNotFound(path) from exc
+        raise FileNotFound() from exc
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise FileNotFound(path)
+        raise FileNotFound()
     return os.fdopen(fd, "rb"), FileInfo(path, st.st_size, st.st_mtime_ns)
+
+
+def stat_beneath(root: str, path: str) -> FileInfo:
+    try:
+        with _parent_dir(root, path) as (dir_fd, name):
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise FileNotFound() from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise FileNotFound()
+    return FileInfo(path, st.st_size, st.st_mtime_ns)
 
 
 def write_beneath(
@@ -91,10 +103,10 @@ def remove_beneath(root: str, path: str) -> None:
         with _parent_dir(root, path) as (dir_fd, name):
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
-                raise FileNotFound(path)
+                raise FileNotFound()
             os.unlink(name, dir_fd=dir_fd)
     except OSError as exc:
-        raise FileNotFound(path) from exc
+        raise FileNotFound() from exc
 
 
 def list_beneath(root: str) -> list[FileInfo]:

@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..languages import CODE_DIR
+from ..port import Limit, LimitHit, RunResult
 from . import cgroups, disk, seccomp
 from .limits import Limits
-from .port import RunResult
+from .toolchains import CODE_DIR
 
 ARTIFACT_DIR = "/mnt/data"
 SETPRIV = "/usr/bin/setpriv"
@@ -106,23 +106,26 @@ def run(
     data_dir: str,
     argv: Sequence[str],
     program: Mapping[str, bytes],
+    timeout: float,
     limits: Limits,
     as_user: tuple[int, int] | None,
     cgroup_parents: Mapping[str, cgroups.Parent],
 ) -> RunResult:
+    """Run argv in a fresh sandbox over data_dir; `program` maps file names to the
+    contents placed read-only in /code."""
     # A run may not grow the session's files past the limit. One that starts above it
     # (an earlier run overshot between two measurements) may still run, and clean up.
     disk_cap = max(limits.max_session_bytes, disk.usage(data_dir).total)
     with cgroups.run_cgroup(cgroup_parents, limits.memory_bytes, limits.max_processes) as cgroup:
         command = [*limits.prlimit_argv(cgroup.controllers), *argv]
         with _sandbox(data_dir, command, program, limits, as_user, cgroup) as sandbox:
-            output = _collect(sandbox, limits, lambda: disk.usage(data_dir).total > disk_cap)
-        notes = _notes(limits, output, cgroup, disk.usage(data_dir), disk_cap)
+            output = _collect(sandbox, timeout, limits, lambda: disk.usage(data_dir).total > disk_cap)
+        hits = _hits(limits, output, cgroup, disk.usage(data_dir), disk_cap)
     return RunResult(
         stdout=output.stdout.decode("utf-8", "replace"),
         stderr=output.stderr.decode("utf-8", "replace"),
         exit_code=None if output.stopped else output.exit_code,
-        notes=tuple(notes),
+        hits=tuple(hits),
     )
 
 
@@ -235,11 +238,11 @@ class _Output:
     stdout: bytes
     stderr: bytes
     dropped: tuple[str, ...]  # the streams cut at max_output_bytes
-    stopped: str | None  # why the service stopped the run, if it did
+    stopped: LimitHit | None  # the limit the service stopped the run at, if it did
     exit_code: int
 
 
-def _collect(sandbox: _Sandbox, limits: Limits, over_disk: Callable[[], bool]) -> _Output:
+def _collect(sandbox: _Sandbox, timeout: float, limits: Limits, over_disk: Callable[[], bool]) -> _Output:
     """Read both pipes to the end and wait for bwrap, keeping at most max_output_bytes of
     each pipe, and stop the run at the deadline or when the session's files outgrow their
     limit. Output past the cap is read and dropped, so a program printing without end
@@ -250,17 +253,17 @@ def _collect(sandbox: _Sandbox, limits: Limits, over_disk: Callable[[], bool]) -
     dropped: set[str] = set()
     stopped = None
     next_watch = time.monotonic()
-    deadline = next_watch + limits.timeout
+    deadline = next_watch + timeout
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
         sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
         while sel.get_map() or proc.poll() is None:
             now = time.monotonic()
             if now >= deadline:
-                stopped = f"Stopped: the run exceeded its {limits.timeout:g} s time limit."
+                stopped = LimitHit(Limit.TIME, timeout)
             elif now >= next_watch:
                 if over_disk():
-                    stopped = f"Stopped: the session's files exceeded their {limits.max_session_bytes} byte limit."
+                    stopped = LimitHit(Limit.SESSION_DISK, limits.max_session_bytes)
                 next_watch = time.monotonic() + max(_WATCH_SECONDS, 9 * (time.monotonic() - now))
             if stopped:
                 sandbox.kill()
@@ -290,20 +293,22 @@ def _read(
         buf += chunk[: max(room, 0)]
 
 
-def _notes(limits: Limits, output: _Output, cgroup: cgroups.RunCgroup, usage: disk.Usage, disk_cap: int) -> list[str]:
-    """A plain sentence for each limit the run hit."""
-    notes = [output.stopped] if output.stopped else []
+def _hits(
+    limits: Limits, output: _Output, cgroup: cgroups.RunCgroup, usage: disk.Usage, disk_cap: int
+) -> list[LimitHit]:
+    """Each limit the run hit."""
+    hits = [output.stopped] if output.stopped else []
     # bwrap reports a program killed by a signal as 128 + the signal's number.
     if output.exit_code == 128 + signal.SIGXCPU:
-        notes.append(f"Stopped: the program used up its {limits.cpu_seconds} s of CPU time.")
+        hits.append(LimitHit(Limit.CPU, limits.cpu_seconds))
     if cgroup.oom_killed():
-        notes.append(f"Killed: the run exceeded its memory limit of {limits.memory_bytes} bytes.")
+        hits.append(LimitHit(Limit.MEMORY, limits.memory_bytes))
     if cgroup.hit_process_limit():
-        notes.append(f"The run reached its limit of {limits.max_processes} processes and threads; no more started.")
+        hits.append(LimitHit(Limit.PROCESSES, limits.max_processes, stopped=False))
     if usage.largest_file >= limits.max_file_bytes:
-        notes.append(f"A file reached the {limits.max_file_bytes} byte file size limit; writing past it failed.")
+        hits.append(LimitHit(Limit.FILE_SIZE, limits.max_file_bytes, stopped=False))
     if usage.total > disk_cap and not output.stopped:
-        notes.append(f"The session's files exceed their {limits.max_session_bytes} byte limit.")
+        hits.append(LimitHit(Limit.SESSION_DISK, limits.max_session_bytes, stopped=False))
     for name in output.dropped:
-        notes.append(f"Output truncated: {name} exceeded {limits.max_output_bytes} bytes; the rest was dropped.")
-    return notes
+        hits.append(LimitHit(Limit.OUTPUT, limits.max_output_bytes, stopped=False, stream=name))
+    return hits

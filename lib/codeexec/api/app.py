@@ -1,0 +1,77 @@
+"""The HTTP app: the routers, and the one place errors become answers.
+
+Every error of the library carries its status (`codeexec.errors`), so one handler answers
+them all; FastAPI's own errors (a malformed body, an unknown route) are mapped beside it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from ..auth import make_authenticator
+from ..errors import BadRequest, ServiceError
+from ..sandbox import make_sandboxes
+from ..sandbox.port import Sandboxes
+from ..sessions import SessionLimits, Sessions
+from ..settings import Settings, get_settings
+from .dependencies import Service
+from .routers import execute, files, health
+
+log = logging.getLogger("codeexec")
+
+
+def create_app(
+    settings: Settings | None = None,
+    sandboxes: Sandboxes | None = None,
+    api_key: Callable[[], str | None] | None = None,
+) -> FastAPI:
+    settings = settings or get_settings()
+    if api_key is None:
+        secret = settings.code_exec_api_key
+        api_key = lambda: secret.get_secret_value() if secret else None  # noqa: E731
+    limits = SessionLimits(
+        run_timeout_seconds=settings.run_timeout_seconds,
+        max_files_per_run=settings.max_files_per_run,
+        max_upload_bytes=settings.max_upload_bytes,
+    )
+    sessions = Sessions(sandboxes or make_sandboxes(settings), limits)
+    app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None)
+    app.state.service = Service(settings, sessions, make_authenticator(settings, api_key))
+    for module in (health, execute, files):
+        app.include_router(module.router)
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
+    return app
+
+
+def _answer(exc: ServiceError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+
+
+def _service_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    return _answer(exc)
+
+
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    # Locations and messages only: pydantic's error also carries the input, which may be code.
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+    return _answer(BadRequest("; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors)))
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    detail = str(getattr(exc, "detail", "error"))
+    return JSONResponse({"error": detail, "details": detail}, status_code=getattr(exc, "status_code", 500))
+
+
+def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _answer(ServiceError())

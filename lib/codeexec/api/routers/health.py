@@ -1,0 +1,24 @@
+"""GET /health: whether the service answers, what it accepts and which languages it runs.
+It needs no credentials, so a deployment that accepts none can still say why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from ..dependencies import ServiceDep
+
+HEALTH_PATH = "/health"
+
+router = APIRouter()
+
+
+@router.get(HEALTH_PATH)
+def health(service: ServiceDep) -> dict[str, Any]:
+    return {
+        "status": "ok",
+        "auth": service.auth.status(),
+        "backend": service.settings.sandbox_backend,
+        "languages": sorted(service.sessions.sandboxes.languages),
+    }

@@ -1,0 +1,97 @@
+"""The service's errors: one hierarchy, the HTTP status on the class.
+
+Every layer raises these (a backend maps its own failures into them at its boundary, as
+httpx's transports do), and the app answers each with one handler that reads the status,
+the error and the details off the exception. `details` never quotes a request body, a
+token or a key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ServiceError(Exception):
+    status: ClassVar[int] = 500
+    error: ClassVar[str] = "Internal error"
+    #: what the caller is told when the raiser gives no details of its own
+    default_details: ClassVar[str] = "the service failed; the failure is logged"
+
+    def __init__(self, details: str | None = None, *, retry_after: int | None = None) -> None:
+        super().__init__(details or self.default_details)
+        self.details = details or self.default_details
+        self.retry_after = retry_after  # seconds, for errors the caller may retry
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.error, "details": self.details}
+        if self.retry_after:
+            body["retry_after_seconds"] = self.retry_after  # the field the G2 client reads
+        return body
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after else {}
+
+
+class BadRequest(ServiceError):
+    status = 400
+    error = "Bad request"
+    default_details = "the request is malformed"
+
+
+class UnsupportedLanguage(BadRequest):
+    error = "Unsupported language"
+
+
+class Unauthorized(ServiceError):
+    status = 401
+    error = "Unauthorized"
+    default_details = "missing or wrong credentials"
+
+
+class SessionNotFound(ServiceError):
+    """The session does not exist, has ended, or is not the caller's.
+
+    The three are one error on purpose: a caller must not learn that another tenant's
+    session exists, so the details never name the session."""
+
+    status = 404
+    error = "Session not found"
+    default_details = "no such session for this caller"
+
+    def __init__(self) -> None:
+        super().__init__()
+
+
+class FileNotFound(ServiceError):
+    """No such file in the session, or the id leads out of the artifact directory."""
+
+    status = 404
+    error = "File not found"
+    default_details = "no such file in this session"
+
+    def __init__(self) -> None:
+        super().__init__()
+
+
+class TooLarge(ServiceError):
+    status = 413
+    error = "Payload too large"
+    default_details = "the request or the file is over its size limit"
+
+
+class Unavailable(ServiceError):
+    """Something the service needs cannot serve now; the caller may retry."""
+
+    status = 503
+    error = "Service unavailable"
+    default_details = "try again later"
+
+
+class BackendUnavailable(Unavailable):
+    error = "Sandbox backend unavailable"
+
+
+class KeysUnavailable(Unavailable):
+    """The token key set cannot be fetched or is unusable, so no token can be checked now."""
+
+    error = "Token keys unavailable"
