@@ -1,8 +1,10 @@
-"""The two calls most tests make, as LibreChat makes them."""
+"""The calls most tests make, as LibreChat makes them, and what they read back."""
 
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
+
+from codeexec import ids
 
 
 def run(client: TestClient, code: str, lang: str = "py", **extra: object) -> dict:
@@ -11,8 +13,18 @@ def run(client: TestClient, code: str, lang: str = "py", **extra: object) -> dic
     return reply.json()
 
 
-def upload(client: TestClient, name: str, data: bytes, **params: str) -> dict:
-    # LibreChat's order: entity_id first, then the file part.
-    reply = client.post("/v1/upload", data={"entity_id": "asst_1"}, files={"file": (name, data)}, params=params)
+def upload(client: TestClient, name: str, data: bytes, form: dict | None = None, **params: str) -> dict:
+    """A user's attachment, as G1 LibreChat uploads it (an agent's file adds `entity_id`)."""
+    reply = client.post("/v1/upload", data=form or {}, files={"file": (name, data)}, params=params)
     assert reply.status_code == 200, reply.text
     return reply.json()
+
+
+def names(body: dict) -> list[str]:
+    """The paths of the files an exec reply lists."""
+    return [f["name"] for f in body["files"]]
+
+
+def file_id(session_id: str, path: str) -> str:
+    """The id the service gives a file: derived from its session and its path."""
+    return ids.file_id(session_id, path)

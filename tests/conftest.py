@@ -40,6 +40,8 @@ def settings(sandbox_root: Path) -> Settings:
         sandbox_root=sandbox_root,
         code_exec_api_key=SecretStr(API_KEY),
         run_timeout_seconds=20,
+        # Small enough that a test can send one byte more than the limit.
+        max_upload_bytes=5 << 20,
     )
 
 

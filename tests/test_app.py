@@ -7,7 +7,7 @@ import json
 
 from fastapi.testclient import TestClient
 
-from .calls import run, upload
+from .calls import file_id, run, upload
 from .conftest import API_KEY
 
 
@@ -23,9 +23,10 @@ def test_exec_prints_and_reports_written_files(client: TestClient) -> None:
     assert body["stderr"] == ""
     session = body["session_id"]
     assert len(session) == 21
-    assert body["files"] == [{"id": "out.txt", "name": "out.txt", "session_id": session, "storage_session_id": session}]
-    download = client.get(f"/v1/download/{session}/out.txt")
-    assert download.content == b"hi"
+    out = file_id(session, "out.txt")
+    assert body["files"] == [{"id": out, "name": "out.txt", "session_id": session, "storage_session_id": session}]
+    assert client.get(f"/v1/download/{session}/{out}").content == b"hi"
+    assert client.get(f"/v1/download/{session}/out.txt").content == b"hi"  # a raw path, as older clients stored
 
 
 def test_js_and_bash_run(client: TestClient) -> None:
@@ -65,23 +66,23 @@ def test_malformed_exec_is_a_400_without_echoing_the_body(client: TestClient) ->
 def test_librechat_upload_list_exec_download(client: TestClient) -> None:
     up = upload(client, "data.csv", b"a,b\n1,2\n3,4\n")
     assert up["message"] == "success"
-    session, file_id = up["session_id"], up["files"][0]["fileId"]
-    assert up["files"] == [{"fileId": "data.csv", "filename": "data.csv"}]
+    session, data_id = up["session_id"], up["files"][0]["fileId"]
+    assert up["files"] == [{"fileId": file_id(session, "data.csv"), "filename": "data.csv"}]
 
     listing = client.get(f"/v1/files/{session}", params={"detail": "summary"}).json()
     assert isinstance(listing, list)
-    assert listing[0]["name"].startswith(f"{session}/{file_id}")
+    assert listing[0]["name"].startswith(f"{session}/{data_id}")
     assert listing[0]["lastModified"].endswith("Z") and listing[0]["size"] == 12
 
     code = "print(open('data.csv').read().count('\\n'))"
     for spelling in ("session_id", "storage_session_id"):
-        ref = {"id": file_id, "name": "data.csv", spelling: session}
+        ref = {"id": data_id, "name": "data.csv", spelling: session}
         body = run(client, code, files=[ref])
         assert body["stdout"] == "3\n", spelling
         assert body["stderr"] == ""
         assert body["files"] == []  # an unchanged input is not an output
 
-    download = client.get(f"/v1/download/{session}/{file_id}", params={"entity_id": "asst_1"})
+    download = client.get(f"/v1/download/{session}/{data_id}", params={"entity_id": "asst_1"})
     assert download.status_code == 200
     assert download.content == b"a,b\n1,2\n3,4\n"
     assert download.headers["content-type"].startswith("text/csv")
@@ -112,17 +113,18 @@ def test_missing_input_is_named_and_the_run_still_happens(client: TestClient) ->
 def test_listing_details(client: TestClient) -> None:
     body = run(client, "import os; os.mkdir('plots'); open('plots/a.png','wb').write(b'x')")
     session = body["session_id"]
-    assert body["files"][0]["id"] == "plots/a.png" and body["files"][0]["name"] == "a.png"
-    assert client.get(f"/v1/files/{session}").json() == [f"{session}/plots/a.png"]
+    png = file_id(session, "plots/a.png")
+    assert (body["files"][0]["id"], body["files"][0]["name"]) == (png, "plots/a.png")
+    assert client.get(f"/v1/files/{session}").json() == [f"{session}/{png}"]
     full = client.get(f"/v1/files/{session}", params={"detail": "full"}).json()
-    assert full[0]["contentType"] == "image/png"
-    assert full[0]["metadata"] == {"content-type": "image/png", "original-filename": "a.png"}
-    assert client.get(f"/v1/download/{session}/plots/a.png").content == b"x"
+    assert (full[0]["path"], full[0]["contentType"]) == ("plots/a.png", "image/png")
+    assert full[0]["metadata"] == {"content-type": "image/png", "original-filename": "plots/a.png"}
+    assert client.get(f"/v1/download/{session}/{png}").content == b"x"
 
 
 def test_delete_one_file(client: TestClient) -> None:
     session = upload(client, "x.txt", b"x")["session_id"]
-    assert client.delete(f"/v1/files/{session}/x.txt").status_code == 200
+    assert client.delete(f"/v1/files/{session}/{file_id(session, 'x.txt')}").status_code == 200
     assert client.get(f"/v1/download/{session}/x.txt").status_code == 404
     assert client.delete(f"/v1/files/{session}/x.txt").status_code == 404
 
@@ -130,12 +132,18 @@ def test_delete_one_file(client: TestClient) -> None:
 def test_upload_into_a_named_session(client: TestClient) -> None:
     session = upload(client, "one.txt", b"1")["session_id"]
     assert upload(client, "two.txt", b"2", session_id=session)["session_id"] == session
-    assert sorted(client.get(f"/v1/files/{session}").json()) == [f"{session}/one.txt", f"{session}/two.txt"]
+    listing = client.get(f"/v1/files/{session}", params={"detail": "summary"}).json()
+    assert [f["path"] for f in listing] == ["one.txt", "two.txt"]
 
 
-def test_upload_filename_is_cut_to_a_flat_name(client: TestClient) -> None:
-    up = upload(client, "../../etc/evil.txt", b"x")
-    assert up["files"][0]["fileId"] == "evil.txt"
+def test_upload_keeps_a_relative_path_and_refuses_one_that_escapes(client: TestClient) -> None:
+    up = upload(client, "skills/pdf/SKILL.md", b"# pdf")
+    skill_md = file_id(up["session_id"], "skills/pdf/SKILL.md")
+    assert up["files"] == [{"fileId": skill_md, "filename": "skills/pdf/SKILL.md"}]
+    for name in ("../../etc/evil.txt", "a/../../evil.txt", ".codeexec/hold"):
+        reply = client.post("/v1/upload", files={"file": (name, b"x")})
+        assert reply.status_code == 400, name
+        assert reply.json()["error"] == "Bad request"
 
 
 def test_upload_too_large_is_a_413_and_leaves_nothing(client: TestClient, settings) -> None:
@@ -144,7 +152,7 @@ def test_upload_too_large_is_a_413_and_leaves_nothing(client: TestClient, settin
     reply = client.post("/v1/upload", files={"file": ("big.bin", big)}, params={"session_id": session})
     assert reply.status_code == 413
     assert reply.json()["error"] == "Payload too large"
-    assert client.get(f"/v1/files/{session}").json() == [f"{session}/keep.txt"]
+    assert client.get(f"/v1/files/{session}").json() == [f"{session}/{file_id(session, 'keep.txt')}"]
 
 
 def test_unknown_session_is_a_404_everywhere(client: TestClient) -> None:

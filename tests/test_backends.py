@@ -17,7 +17,7 @@ from codeexec.api.app import create_app
 from codeexec.reaper import reap
 from codeexec.settings import Settings
 
-from .calls import run, upload
+from .calls import file_id, names, run, upload
 from .conftest import API_KEY
 
 BINARY = bytes(range(256)) * 40 + b"\r\n\x00\xff"
@@ -68,31 +68,35 @@ def test_a_failing_program_is_a_200_with_its_stderr(client: TestClient) -> None:
 def test_upload_list_exec_download_byte_for_byte(client: TestClient) -> None:
     up = upload(client, "blob.bin", BINARY)
     session = up["session_id"]
-    assert up["files"] == [{"fileId": "blob.bin", "filename": "blob.bin"}]
+    blob = file_id(session, "blob.bin")
+    assert up["files"] == [{"fileId": blob, "filename": "blob.bin"}]
 
     listing = client.get(f"/v1/files/{session}", params={"detail": "summary"}).json()
-    assert [(f["name"], f["id"], f["size"]) for f in listing] == [(f"{session}/blob.bin", "blob.bin", len(BINARY))]
+    assert [(f["name"], f["id"], f["path"], f["size"]) for f in listing] == [
+        (f"{session}/{blob}", blob, "blob.bin", len(BINARY))
+    ]
     modified = datetime.fromisoformat(listing[0]["lastModified"].replace("Z", "+00:00"))
     assert abs(modified.timestamp() - time.time()) < 3600  # the real modification time, not 1970
 
     code = (
         "import os\nos.makedirs('out', exist_ok=True)\n"
-        "open('out/rev.bin', 'wb').write(open('blob.bin', 'rb').read()[::-1])"
+        "open('out/rev.zip', 'wb').write(open('blob.bin', 'rb').read()[::-1])"
     )
-    files = {"id": "blob.bin", "session_id": session, "name": "blob.bin"}
+    files = {"id": blob, "session_id": session, "name": "blob.bin"}
     body = run(client, code, files=[files])
     assert body["session_id"] == session
-    assert [f["id"] for f in body["files"]] == ["out/rev.bin"], body  # not the source, not the unchanged input
+    assert names(body) == ["out/rev.zip"], body  # not the source, not the unchanged input
+    rev = body["files"][0]["id"]
 
-    assert client.get(f"/v1/download/{session}/blob.bin").content == BINARY
-    assert client.get(f"/v1/download/{session}/out/rev.bin").content == BINARY[::-1]
+    assert client.get(f"/v1/download/{session}/{blob}").content == BINARY
+    assert client.get(f"/v1/download/{session}/{rev}").content == BINARY[::-1]
     simple = client.get(f"/v1/files/{session}").json()
-    assert simple == [f"{session}/blob.bin", f"{session}/out/rev.bin"]
+    assert sorted(simple) == sorted([f"{session}/{blob}", f"{session}/{rev}"])
 
 
 def test_delete_and_unknown_files(client: TestClient) -> None:
     session = upload(client, "a.txt", b"x")["session_id"]
-    assert client.delete(f"/v1/files/{session}/a.txt").status_code == 200
+    assert client.delete(f"/v1/files/{session}/{file_id(session, 'a.txt')}").status_code == 200
     assert client.get(f"/v1/download/{session}/a.txt").status_code == 404
     assert client.get(f"/v1/files/{session}").json() == []
 
@@ -121,7 +125,7 @@ def test_the_reaper_ends_idle_sessions_only(client: TestClient, app: FastAPI) ->
 def test_the_object_route_answers_the_files_real_modification_time(client: TestClient) -> None:
     session = upload(client, "data.csv", b"a,b\n")["session_id"]
     listed = client.get(f"/v1/files/{session}", params={"detail": "summary"}).json()[0]
-    info = client.get(f"/v1/sessions/{session}/objects/data.csv").json()
+    info = client.get(f"/v1/sessions/{session}/objects/{file_id(session, 'data.csv')}").json()
     # LibreChat takes a file older than 23 hours for gone and uploads it again.
     assert info["lastModified"] == listed["lastModified"]
     modified = datetime.fromisoformat(info["lastModified"].replace("Z", "+00:00"))
@@ -137,7 +141,7 @@ def test_two_concurrent_execs_in_one_session_each_report_their_own_file(client: 
 
     with ThreadPoolExecutor(2) as pool:
         replies = list(pool.map(write, ["first", "second"]))
-    assert [[f["id"] for f in reply["files"]] for reply in replies] == [["first.txt"], ["second.txt"]]
+    assert [names(reply) for reply in replies] == [["first.txt"], ["second.txt"]]
     assert {reply["session_id"] for reply in replies} == {session}
 
 

@@ -9,6 +9,11 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
+from fastapi import FastAPI
+
+from codeexec.api.app import create_app
+from codeexec.settings import Settings
 
 from .conftest import API_KEY
 
@@ -23,6 +28,15 @@ def drive_client(base_url: str, api_key: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.fixture(params=["local", "agentcore"])
+def app(request: pytest.FixtureRequest, settings: Settings) -> FastAPI:
+    """The deployment under test, on each backend (G1's runs are Python, which both run)."""
+    if request.param == "local":
+        return create_app(settings)
+    fake = request.getfixturevalue("agentcore_fake")
+    return create_app(settings.model_copy(update={"sandbox_backend": "agentcore", "agentcore_endpoint_url": fake.url}))
+
+
 def test_g1_client_runs_writes_downloads_and_reads_back(live_server: str) -> None:
     result = drive_client(live_server, API_KEY)
     assert result["client"]["version"] == "3.1.63"
@@ -33,11 +47,12 @@ def test_g1_client_runs_writes_downloads_and_reads_back(live_server: str) -> Non
     assert first["content"].startswith(f"stdout:\n{token}\n")
     assert "- /mnt/data/out.txt | File is already downloaded by the user" in first["content"]
     session = first["artifact"]["session_id"]
-    assert [f["id"] for f in first["artifact"]["files"]] == ["out.txt"]
+    assert [f["name"] for f in first["artifact"]["files"]] == ["out.txt"]
 
     # What LibreChat's processCodeOutput does next: download each generated file.
+    [out] = first["artifact"]["files"]
     download = httpx.get(
-        f"{live_server}/download/{session}/out.txt",
+        f"{live_server}/download/{session}/{out['id']}",
         headers={"X-API-Key": API_KEY, "User-Agent": "LibreChat/1.0"},
         params={"entity_id": "asst_1"},
     )

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import time
+from datetime import datetime
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -15,11 +19,12 @@ from fastapi import FastAPI
 from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
+from .calls import file_id
 from .conftest import API_KEY
 from .test_contract_g1 import drive_client as drive_g1_client
 from .test_tokens import Issuer
 
-CLIENT = Path(__file__).parent / "contract_g2" / "g2_client.mjs"
+CLIENTS = Path(__file__).parent / "contract_g2"
 KID = "lc-codeapi-2026-05"
 TENANT = "tenant-g2"
 USER = "64f0c0ffee0000000000abcd"
@@ -44,8 +49,8 @@ def app(settings: Settings, issuer: Issuer) -> FastAPI:
     return create_app(settings.model_copy(update=both))
 
 
-def drive_client(base_url: str, issuer: Issuer) -> dict:
-    assert (CLIENT.parent / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
+def drive_client(base_url: str, issuer: Issuer, script: str = "g2_client.mjs") -> dict:
+    assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
     env = {
         "PATH": os.environ["PATH"],
         "LIBRECHAT_CODE_BASEURL": base_url,
@@ -55,7 +60,7 @@ def drive_client(base_url: str, issuer: Issuer) -> dict:
         "G2_TENANT": TENANT,
         "G2_USER_ID": USER,
     }
-    done = subprocess.run(["node", str(CLIENT)], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(["node", str(CLIENTS / script)], env=env, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -70,7 +75,10 @@ def test_g2_client_runs_writes_downloads_and_reads_back(live_server: str, issuer
     assert first["content"].startswith(f"stdout:\n{token}\n")
     assert "Session files: 1 persisted file(s) are available in /mnt/data" in first["content"]
     session = first["artifact"]["session_id"]
-    assert [(f["id"], f["storage_session_id"]) for f in first["artifact"]["files"]] == [("out.txt", session)]
+    out = file_id(session, "out.txt")
+    assert [(f["id"], f["name"], f["storage_session_id"]) for f in first["artifact"]["files"]] == [
+        (out, "out.txt", session)
+    ]
 
     # LibreChat's download of the generated file, with ?kind=user&id= and the bearer.
     assert result["downloaded"] == [
@@ -84,7 +92,7 @@ def test_g2_client_runs_writes_downloads_and_reads_back(live_server: str, issuer
         assert result[later]["content"] == f"stdout:\n{file_token}", later
         assert result[later]["artifact"]["session_id"] == session, later
         echoed = result[later]["artifact"]["files"]
-        assert [(f["id"], f["storage_session_id"], f["inherited"]) for f in echoed] == [("out.txt", session, True)]
+        assert [(f["id"], f["storage_session_id"], f["inherited"]) for f in echoed] == [(out, session, True)]
 
     # Another tenant's token: the file is not available, and the run happens elsewhere.
     other = result["other_tenant"]
@@ -105,3 +113,65 @@ def test_a_g1_client_and_a_g2_client_share_one_deployment(live_server: str, issu
     g2_session = g2["first"]["artifact"]["session_id"]
     as_g1 = httpx.get(f"{live_server}/files/{g2_session}", headers={"X-API-Key": API_KEY})
     assert as_g1.status_code == 404
+
+
+ID = re.compile(r"^[A-Za-z0-9_-]{21}$")  # LibreChat's isValidID, for sessions and files alike
+AWKWARD = ["Q3 #1.csv", "what?.txt", "100% done.txt", "résumé final.txt"]
+
+
+def test_skills_two_users_and_awkward_names_as_librechat_meets_them(live_server: str, issuer: Issuer) -> None:
+    result = drive_client(live_server, issuer, "files_client.mjs")
+    assert result["client"]["version"].startswith("3.9.")
+
+    # The skill bundle keeps its nested paths: the reply echoes each, two READMEs included.
+    skill = result["skill_upload"]
+    assert skill["status"] == 200, skill
+    assert [f["filename"] for f in skill["body"]["files"]] == [
+        "skills/pdf/SKILL.md", "skills/pdf/scripts/__init__.py", "skills/pdf/scripts/pages.py",
+        "skills/pdf/lib/__init__.py", "skills/pdf/lib/names.py", "skills/pdf/a/README.md", "skills/pdf/b/README.md",
+    ]  # fmt: skip
+    assert len({f["fileId"] for f in skill["body"]["files"]}) == 7
+
+    # Alice's run imports from both packages and reads both READMEs, at the paths it was told.
+    alice = result["alice"]
+    assert alice["threw"] is False, alice
+    assert alice["content"].startswith("stdout:\nreport 7 first readme second readme\n"), alice["content"]
+    artifact = alice["artifact"]
+    session = artifact["session_id"]
+    assert ID.match(session) and session != skill["body"]["storage_session_id"]
+    made = [f for f in artifact["files"] if not f.get("inherited")]
+    # Outputs by their path; no __pycache__ (py_compile made one); the skill file the run
+    # changed is read-only, so it is echoed as the skill's own ref, never a new output.
+    assert sorted(f["name"] for f in made) == sorted(["alice_notes.txt", "plots/a.svg", *AWKWARD])
+    echoed = {f["name"] for f in artifact["files"] if f.get("inherited")}
+    assert "skills/pdf/scripts/pages.py" in echoed
+    assert all(ID.match(f["id"]) for f in artifact["files"])
+
+    # Every output downloads and is fresh through URLs built without encoding, and each
+    # would pass LibreChat's fallback route; the name travels in Content-Disposition.
+    fetched = result["alice_fetched"]
+    assert set(fetched) == {f["name"] for f in made}
+    for name, got in fetched.items():
+        assert (got["status"], got["object_status"], got["fallback_route_ok"]) == (200, 200, True), name
+        if name in AWKWARD:
+            assert got["body"] == name
+            assert got["content_disposition"] == f"attachment; filename*=utf-8''{quote(name)}"
+        modified = datetime.fromisoformat(got["last_modified"].replace("Z", "+00:00"))
+        assert abs(modified.timestamp() - time.time()) < 3600
+
+    # Bob, same tenant, same skill refs: his run is elsewhere and sees none of Alice's files.
+    bob = result["bob"]
+    assert bob["threw"] is False, bob
+    assert bob["artifact"]["session_id"] not in (session, skill["body"]["storage_session_id"])
+    assert "alice_notes" not in bob["content"] and "skills/pdf/scripts/pages.py" in bob["content"]
+    # Nor can he list, read or download them, by her session or through the skill's.
+    reads = result["bob_reads"]
+    assert (reads["listing"], reads["download"], reads["object"], reads["via_skill_session"]) == (404,) * 4
+    assert reads["skill_file"] == "def count():\n    return 7\n"  # the shared copy, unchanged by Alice's run
+
+    # Alice's next turn lands in her own session; the file she removes is named as deleted.
+    again = result["again"]
+    assert again["threw"] is False, again
+    assert again["artifact"]["session_id"] == session
+    assert again["content"] == "stdout:\nalice secret"
+    assert again["artifact"]["deleted_files"] == ["what?.txt"]

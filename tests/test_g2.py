@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
+from .calls import file_id
 from .conftest import API_KEY
 from .test_tokens import Issuer
 
@@ -23,7 +24,7 @@ TENANT = "tenant-1"
 USER = "64f0c0ffee0000000000abcd"
 
 
-def librechat_token(issuer: Issuer, kid: str = KID, tenant: str = TENANT) -> str:
+def librechat_token(issuer: Issuer, kid: str = KID, tenant: str = TENANT, sub: str = USER) -> str:
     """The claims LibreChat (packages/api/src/auth/codeapi.ts) signs for the code API."""
     now = int(time.time())
     return issuer.token(
@@ -31,7 +32,7 @@ def librechat_token(issuer: Issuer, kid: str = KID, tenant: str = TENANT) -> str
         tenant,
         iss="librechat",
         aud="codeapi",
-        sub=USER,
+        sub=sub,
         iat=now,
         nbf=now,
         exp=now + 300,
@@ -125,9 +126,10 @@ def test_upload_takes_kind_and_id_and_answers_storage_session_id(g2: TestClient)
     up = g2_upload(g2, "data.csv", b"a,b\n1,2\n")
     assert up["message"] == "success"
     assert up["storage_session_id"] == up["session_id"]
-    assert up["files"] == [{"fileId": "data.csv", "filename": "data.csv"}]
-    listing = g2.get(f"/v1/files/{up['storage_session_id']}").json()
-    assert listing == [f"{up['storage_session_id']}/data.csv"]
+    session = up["storage_session_id"]
+    assert up["files"] == [{"fileId": file_id(session, "data.csv"), "filename": "data.csv"}]
+    listing = g2.get(f"/v1/files/{session}").json()
+    assert listing == [f"{session}/{file_id(session, 'data.csv')}"]
 
 
 def test_batch_upload_stores_every_file_in_one_session(g2: TestClient) -> None:
@@ -141,13 +143,14 @@ def test_batch_upload_stores_every_file_in_one_session(g2: TestClient) -> None:
         "session_id": session,
         "storage_session_id": session,
         "files": [
-            {"status": "success", "fileId": "a.csv", "filename": "a.csv"},
-            {"status": "success", "fileId": "b.txt", "filename": "b.txt"},
+            {"status": "success", "fileId": file_id(session, "a.csv"), "filename": "a.csv"},
+            {"status": "success", "fileId": file_id(session, "b.txt"), "filename": "b.txt"},
         ],
         "succeeded": 2,
         "failed": 0,
     }
-    assert g2.get(f"/v1/download/{session}/b.txt", params={"kind": "skill", "id": "skill-1"}).content == b"bee"
+    bee = file_id(session, "b.txt")
+    assert g2.get(f"/v1/download/{session}/{bee}", params={"kind": "skill", "id": "skill-1"}).content == b"bee"
 
 
 def test_a_batch_over_the_limit_is_a_413(g2: TestClient, settings: Settings) -> None:
@@ -159,7 +162,7 @@ def test_a_batch_over_the_limit_is_a_413(g2: TestClient, settings: Settings) -> 
 
 def test_download_takes_the_kind_and_id_query(g2: TestClient) -> None:
     session = g2_upload(g2, "notes.txt", b"hello")["storage_session_id"]
-    reply = g2.get(f"/v1/download/{session}/notes.txt", params={"kind": "user", "id": USER})
+    reply = g2.get(f"/v1/download/{session}/{file_id(session, 'notes.txt')}", params={"kind": "user", "id": USER})
     assert reply.status_code == 200
     assert reply.content == b"hello"
     assert reply.headers["content-disposition"] == 'attachment; filename="notes.txt"'
@@ -176,8 +179,9 @@ def test_exec_reads_g2_refs_and_echoes_unchanged_inputs_as_inherited(g2: TestCli
     body = run(g2, code, files=[user_ref(session, "data.csv"), skill])
     assert body["stdout"] == "42\n"
     run_session = body["session_id"]
+    out = file_id(run_session, "out.txt")
     assert body["files"] == [
-        {"id": "out.txt", "name": "out.txt", "session_id": run_session, "storage_session_id": run_session},
+        {"id": out, "name": "out.txt", "session_id": run_session, "storage_session_id": run_session},
         {**user_ref(session, "data.csv"), "session_id": session, "inherited": True},
         {**skill, "session_id": skill["storage_session_id"], "inherited": True},
     ]
@@ -186,8 +190,8 @@ def test_exec_reads_g2_refs_and_echoes_unchanged_inputs_as_inherited(g2: TestCli
 def test_a_changed_input_is_an_output_not_inherited(g2: TestClient) -> None:
     session = g2_upload(g2, "data.csv", b"1\n")["storage_session_id"]
     body = run(g2, "open('data.csv','a').write('2\\n')", files=[user_ref(session, "data.csv")])
-    assert [(f["id"], f.get("inherited")) for f in body["files"]] == [("data.csv", None)]
-    assert g2.get(f"/v1/download/{body['session_id']}/data.csv").content == b"1\n2\n"
+    assert [(f["name"], f.get("inherited")) for f in body["files"]] == [("data.csv", None)]
+    assert g2.get(f"/v1/download/{body['session_id']}/{body['files'][0]['id']}").content == b"1\n2\n"
 
 
 def test_the_g1_reply_is_unchanged_beside_g2(app: FastAPI, g2: TestClient) -> None:
@@ -195,14 +199,16 @@ def test_the_g1_reply_is_unchanged_beside_g2(app: FastAPI, g2: TestClient) -> No
     session = g1.post("/v1/upload", files={"file": ("data.csv", b"1\n")}).json()["session_id"]
     ref = {"id": "data.csv", "name": "data.csv", "session_id": session}
     body = run(g1, "open('new.txt','w').write(open('data.csv').read())", files=[ref])
-    assert body["files"] == [{"id": "new.txt", "name": "new.txt", "session_id": session, "storage_session_id": session}]
+    new = file_id(session, "new.txt")
+    assert body["files"] == [{"id": new, "name": "new.txt", "session_id": session, "storage_session_id": session}]
 
 
 def test_one_object_metadata_and_removal(g2: TestClient) -> None:
     session = g2_upload(g2, "data.csv", b"a,b\n")["storage_session_id"]
-    path = f"/v1/sessions/{session}/objects/data.csv"
+    data = file_id(session, "data.csv")
+    path = f"/v1/sessions/{session}/objects/{data}"
     info = g2.get(path, params={"kind": "user", "id": USER}).json()
-    assert info["name"] == f"{session}/data.csv"
+    assert (info["name"], info["path"]) == (f"{session}/{data}", "data.csv")
     assert info["size"] == 4
     assert info["contentType"] == "text/csv"
     assert info["lastModified"].endswith("Z")
@@ -210,7 +216,7 @@ def test_one_object_metadata_and_removal(g2: TestClient) -> None:
 
     deleted = g2.delete(path, params={"kind": "user", "id": USER})
     assert deleted.status_code == 200
-    assert deleted.json() == {"message": "success", "storage_session_id": session, "fileId": "data.csv"}
+    assert deleted.json() == {"message": "success", "storage_session_id": session, "fileId": data}
     assert g2.get(path).status_code == 404
     assert g2.delete(path).status_code == 404
 

@@ -14,6 +14,7 @@ import pytest
 from codeexec.errors import BackendUnavailable
 from codeexec.settings import get_settings
 
+from .calls import file_id
 from .lambda_events import (
     EVENTS,
     SAM_LOCAL_KEY,
@@ -59,8 +60,9 @@ def upload(api: ModuleType) -> str:
     return json_of(reply)["session_id"]
 
 
-def test_health(api: ModuleType) -> None:
-    reply = call(api, "health")
+@pytest.mark.parametrize("event", ["health", "v1-health"])
+def test_health(api: ModuleType, event: str) -> None:
+    reply = call(api, event)
     assert reply["statusCode"] == 200
     assert json_of(reply)["backend"] == "local"
 
@@ -70,13 +72,15 @@ def test_a_session_through_every_route(api: ModuleType) -> None:
     assert reply["statusCode"] == 200
     body = json_of(reply)
     session = body["session_id"]
-    assert (body["message"], body["files"]) == ("success", [{"fileId": "data.csv", "filename": "data.csv"}])
+    uploaded = [{"fileId": file_id(session, "data.csv"), "filename": "data.csv"}]
+    assert (body["message"], body["files"]) == ("success", uploaded)
     in_session = {SAMPLE_SESSION: session}
 
     listing = call(api, "files", in_session)
     assert listing["statusCode"] == 200
     [entry] = json_of(listing)
-    assert (entry["name"], entry["id"], entry["size"]) == (f"{session}/data.csv", "data.csv", len(CSV))
+    data = file_id(session, "data.csv")
+    assert (entry["name"], entry["path"], entry["size"]) == (f"{session}/{data}", "data.csv", len(CSV))
 
     csv = call(api, "download", {**in_session, "chart.png": "data.csv"})
     assert csv["statusCode"] == 200
@@ -88,7 +92,7 @@ def test_a_session_through_every_route(api: ModuleType) -> None:
     assert run["statusCode"] == 200
     result = json_of(run)
     assert (result["session_id"], result["stdout"], result["stderr"]) == (session, "7\n", "")
-    assert [f["id"] for f in result["files"]] == ["chart.png"]
+    assert [f["name"] for f in result["files"]] == ["chart.png"]
 
     chart = call(api, "download", in_session)
     assert chart["statusCode"] == 200
@@ -97,7 +101,7 @@ def test_a_session_through_every_route(api: ModuleType) -> None:
     assert body_of(chart).startswith(PNG_SIGNATURE)
 
     assert call(api, "delete-file", in_session)["statusCode"] == 200
-    assert [f["id"] for f in json_of(call(api, "files", in_session))] == ["chart.png"]
+    assert [f["path"] for f in json_of(call(api, "files", in_session))] == ["chart.png"]
 
 
 def test_a_g2_session_through_its_routes(api: ModuleType) -> None:
@@ -105,12 +109,12 @@ def test_a_g2_session_through_its_routes(api: ModuleType) -> None:
     assert reply["statusCode"] == 200
     body = json_of(reply)
     session = body["storage_session_id"]
-    assert ([f["fileId"] for f in body["files"]], body["succeeded"]) == (["data.csv", "helper.py"], 2)
+    assert ([f["filename"] for f in body["files"]], body["succeeded"]) == (["data.csv", "helper.py"], 2)
     in_session = {SAMPLE_SESSION: session}
 
     info = call(api, "object", in_session)
     assert info["statusCode"] == 200
-    assert {k: json_of(info)[k] for k in ("name", "size")} == {"name": f"{session}/data.csv", "size": len(CSV)}
+    assert {k: json_of(info)[k] for k in ("path", "size")} == {"path": "data.csv", "size": len(CSV)}
 
     assert call(api, "delete-object", in_session)["statusCode"] == 200
     assert call(api, "object", in_session)["statusCode"] == 404
@@ -132,7 +136,8 @@ def test_a_response_too_large_for_lambda_is_a_413(api: ModuleType) -> None:
     session = upload(api)
     event = load_event("exec", {SAMPLE_SESSION: session})
     code = "import os; open('big.bin', 'wb').write(os.urandom(5_000_000))"
-    event["body"] = json.dumps({"lang": "py", "code": code, "session_id": session})
+    user = json.loads(event["body"])["user_id"]  # the user the sample upload was made for
+    event["body"] = json.dumps({"lang": "py", "code": code, "session_id": session, "user_id": user})
     assert api.handler(event, Context())["statusCode"] == 200
     reply = call(api, "download", {SAMPLE_SESSION: session, "chart.png": "big.bin"})
     assert reply["statusCode"] == 413
@@ -160,7 +165,7 @@ def test_metrics_count_runs_and_failures(
     _, metrics = printed(capsys.readouterr().out)
     assert (metrics[-1]["Runs"], metrics[-1]["Failures"]) == (1, 0)
 
-    def unavailable(*args: object) -> None:
+    def unavailable(*args: object, **kwargs: object) -> None:
         raise BackendUnavailable("the backend is down")
 
     monkeypatch.setattr(api.asgi.app.state.service.sessions.sandboxes, "create", unavailable)
@@ -198,7 +203,7 @@ def test_the_reaper_ends_idle_sessions_only(
 
 
 def test_every_sample_event_is_exercised() -> None:
-    exercised = {"health", "upload", "files", "download", "exec", "delete-file"}
+    exercised = {"health", "v1-health", "upload", "files", "download", "exec", "delete-file"}
     exercised |= {"upload-batch", "object", "delete-object", "reaper", "env"}
     assert {p.stem for p in EVENTS.glob("*.json")} == exercised, "a new sample event needs a test here"
 

@@ -194,7 +194,7 @@ def test_hello_args_and_a_written_file(client: TestClient, lang: str) -> None:
     assert body["stdout"] == f"{TOKEN}\n{ARG}\n"
     assert body["stderr"] == ""
     # Only what the program wrote: no source, no object file, no class file, no module file.
-    assert [f["id"] for f in body["files"]] == ["out.txt"]
+    assert [f["name"] for f in body["files"]] == ["out.txt"]
     download = client.get(f"/v1/download/{body['session_id']}/out.txt")
     assert download.status_code == 200
     assert download.content.strip() == TOKEN.encode()
@@ -231,7 +231,7 @@ plt.savefig("chart.png")
     body = run(client, code, "py", files=files)
     assert body["stdout"] == "(3, 2) 60\n"
     assert body["stderr"] == ""
-    assert [f["id"] for f in body["files"]] == ["chart.png"]  # the unchanged CSV is not an output
+    assert [f["name"] for f in body["files"]] == ["chart.png"]  # the unchanged CSV is not an output
     download = client.get(f"/v1/download/{body['session_id']}/chart.png")
     assert download.headers["content-type"] == "image/png"
     assert png_size(download.content) == (640, 480)  # matplotlib's default figure at 100 dpi
@@ -247,7 +247,7 @@ def test_r_plots_to_png_without_x11(client: TestClient) -> None:
     code = 'png("plot.png", width = 320, height = 240)\nplot(1:10, main = "r-plot")\ninvisible(dev.off())'
     body = run(client, code, "r")
     assert body["stderr"] == ""
-    assert [f["id"] for f in body["files"]] == ["plot.png"]
+    assert [f["name"] for f in body["files"]] == ["plot.png"]
     assert png_size(client.get(f"/v1/download/{body['session_id']}/plot.png").content) == (320, 240)
 
 

@@ -170,10 +170,10 @@ def test_output(client: TestClient) -> None:
 
 
 def test_file_size(client: TestClient) -> None:
-    body = run(client, "open('big.bin', 'wb').write(b'x' * (3 << 20))")
+    body = run(client, "open('big.txt', 'wb').write(b'x' * (3 << 20))")
     assert "A file reached the 1048576 byte file size limit; writing past it failed.\n" in body["stderr"]
-    assert [f["id"] for f in body["files"]] == ["big.bin"]
-    assert len(client.get(f"/v1/download/{body['session_id']}/big.bin").content) == 1 << 20
+    assert [f["name"] for f in body["files"]] == ["big.txt"]
+    assert len(client.get(f"/v1/download/{body['session_id']}/big.txt").content) == 1 << 20
 
 
 def test_session_disk_for_runs_uploads_and_inputs(client: TestClient) -> None:
@@ -200,7 +200,7 @@ def test_a_session_over_its_disk_limit_may_still_shrink(client: TestClient, sand
 
 def test_files_per_run(client: TestClient) -> None:
     body = run(client, "for name in 'abcde':\n    open(name + '.txt', 'w').write(name)")
-    assert [f["id"] for f in body["files"]] == ["a.txt", "b.txt", "c.txt"]
+    assert [f["name"] for f in body["files"]] == ["a.txt", "b.txt", "c.txt"]
     assert body["stderr"] == "Listed 3 of 5 files; all of them are in the session's file list.\n"
     assert len(client.get(f"/v1/files/{body['session_id']}").json()) == 5
 
@@ -212,10 +212,10 @@ def test_runs_in_one_session_go_one_at_a_time(client: TestClient, live_server: s
     session = run(client, "print('new')")["session_id"]
     code = (
         "import sys, time\n"
-        "open('log', 'a').write(f'start {sys.argv[1]}\\n')\n"
+        "open('log.txt', 'a').write(f'start {sys.argv[1]}\\n')\n"
         "time.sleep(0.5)\n"
         "open(sys.argv[1] + '.txt', 'w').write('x')\n"
-        "open('log', 'a').write(f'end {sys.argv[1]}\\n')\n"
+        "open('log.txt', 'a').write(f'end {sys.argv[1]}\\n')\n"
     )
 
     def exec_in_session(name: str) -> dict:
@@ -226,8 +226,8 @@ def test_runs_in_one_session_go_one_at_a_time(client: TestClient, live_server: s
         replies = dict(zip("abc", pool.map(exec_in_session, "abc"), strict=True))
     for name, reply in replies.items():
         assert reply["session_id"] == session
-        assert sorted(f["id"] for f in reply["files"]) == sorted([f"{name}.txt", "log"]), name
-    log = client.get(f"/v1/download/{session}/log").text.splitlines()
+        assert sorted(f["name"] for f in reply["files"]) == sorted([f"{name}.txt", "log.txt"]), name
+    log = client.get(f"/v1/download/{session}/log.txt").text.splitlines()
     assert len(log) == 6
     for start, end in zip(log[::2], log[1::2], strict=True):  # never interleaved
         assert start.startswith("start") and end == "end" + start.removeprefix("start")
@@ -236,19 +236,23 @@ def test_runs_in_one_session_go_one_at_a_time(client: TestClient, live_server: s
 def test_an_upload_during_a_run_is_not_that_runs_output(client: TestClient, live_server: str) -> None:
     session = run(client, "print('new')")["session_id"]
     headers = {"X-API-Key": API_KEY}
-    code = "import time\nopen('started', 'w').write('')\ntime.sleep(1.5)"
+    code = "import time\nopen('started.txt', 'w').write('')\ntime.sleep(1.5)"
     body = {"lang": "py", "code": code, "session_id": session}
+
+    def paths() -> list[str]:
+        return [f["path"] for f in client.get(f"/v1/files/{session}", params={"detail": "summary"}).json()]
+
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(lambda: httpx.post(f"{live_server}/exec", json=body, headers=headers, timeout=30))
         deadline = time.monotonic() + 20
-        while f"{session}/started" not in client.get(f"/v1/files/{session}").json():  # the run is under way
+        while "started.txt" not in paths():  # the run is under way
             assert time.monotonic() < deadline and not running.done()
             time.sleep(0.05)
         uploaded = client.post("/v1/upload", files={"file": ("up.txt", b"u")}, params={"session_id": session})
         reply = running.result().json()
     assert uploaded.status_code == 200
-    assert [f["id"] for f in reply["files"]] == ["started"]
-    assert f"{session}/up.txt" in client.get(f"/v1/files/{session}").json()
+    assert [f["name"] for f in reply["files"]] == ["started.txt"]
+    assert "up.txt" in paths()
 
 
 def test_runs_in_different_sessions_run_at_once(live_server: str) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from codeexec.auth import Caller
 from codeexec.errors import SessionNotFound
 from codeexec.reaper import reap
 from codeexec.sandbox import make_sandboxes
@@ -114,10 +115,10 @@ def test_a_real_run_holds_its_session(sandboxes: LocalSandboxes, settings: Setti
     session = new_session(sandboxes)
     request = ExecRequest(lang="bash", code="sleep 1.5; echo done > done.txt", session_id=session)
     with ThreadPoolExecutor(1) as pool:
-        reply = pool.submit(sessions_over(sandboxes).execute, DEFAULT, request)
+        reply = pool.submit(sessions_over(sandboxes).execute, Caller("default", None), request)
         time.sleep(0.5)
         report = reap(sandboxes, idle_timeout=0, clock=lambda: time.time() + 100 * HOUR)
-        assert reply.result().files[0].id == "done.txt"
+        assert reply.result().files[0].name == "done.txt"
     assert report.skipped == 1
     assert report.ended == 0
 
@@ -161,8 +162,8 @@ def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> 
 
     def one_run(i: int) -> tuple[str, str, list[str]]:
         request = ExecRequest(lang="py", code=f"open('f{i}.txt','w').write('{i}')\nprint({i})")
-        reply = sessions_over(sandboxes).execute(DEFAULT, request)
-        return reply.session_id, reply.stdout, [f.id for f in reply.files]
+        reply = sessions_over(sandboxes).execute(Caller("default", None), request)
+        return reply.session_id, reply.stdout, [f.name for f in reply.files]
 
     with ThreadPoolExecutor(8) as pool:
         runs = [pool.submit(one_run, i) for i in range(20)]

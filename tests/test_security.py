@@ -195,9 +195,9 @@ def test_upload_names_cannot_escape(client: TestClient, sandbox_root: Path, name
     reply = client.post("/v1/upload", files={"file": (name, b"x")})
     assert reply.status_code in (200, 400), reply.text
     if reply.status_code == 200:
-        session, file_id = reply.json()["session_id"], reply.json()["files"][0]["fileId"]
-        assert ".." not in file_id.split("/") and not file_id.startswith("/")
-        assert (sandbox_root / session / "data" / file_id).is_file()
+        session, path = reply.json()["session_id"], reply.json()["files"][0]["filename"]
+        assert ".." not in path.split("/") and not path.startswith("/")
+        assert (sandbox_root / session / "data" / path).is_file()
     assert not Path("/etc/escape.txt").exists()
     assert not list(sandbox_root.glob("escape*")) and not list(sandbox_root.glob("*/escape*"))
 

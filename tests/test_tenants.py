@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
+from .calls import file_id
 from .conftest import API_KEY
 from .test_tokens import AUDIENCE, ISSUER, Issuer
 
@@ -59,7 +60,7 @@ def run(client: TestClient, code: str, **extra: object) -> dict:
 def test_the_token_names_the_org_and_no_token_is_the_deployment_org(app: FastAPI, issuer: Issuer) -> None:
     org_a, deployment = caller(app, issuer, "org-a"), caller(app, issuer, None)
     session = upload(org_a, "a.txt", b"A")
-    assert org_a.get(f"/v1/files/{session}").json() == [f"{session}/a.txt"]
+    assert org_a.get(f"/v1/files/{session}").json() == [f"{session}/{file_id(session, 'a.txt')}"]
     assert deployment.get(f"/v1/files/{session}").status_code == 404
     # The organization is the token's, not anything the body says.
     body = run(org_a, "print(open('a.txt').read())", org="org-b", files=[{"id": "a.txt", "session_id": session}])
@@ -99,7 +100,7 @@ def test_another_orgs_session_does_not_exist_on_any_route(
 
     # Nothing the intruder did reached the owner's session.
     assert mine.get(f"/v1/download/{session}/mine.txt").content == b"secret"
-    assert mine.get(f"/v1/files/{session}").json() == [f"{session}/mine.txt"]
+    assert mine.get(f"/v1/files/{session}").json() == [f"{session}/{file_id(session, 'mine.txt')}"]
 
 
 def test_a_bad_token_beside_a_good_key_is_a_401_never_a_fall_back(app: FastAPI, issuer: Issuer) -> None:

@@ -138,74 +138,74 @@ def test_each_algorithm_names_the_org(issuer: Issuer) -> None:
     issuer.add_key("ed-1", "EdDSA")
     check = verifier(issuer.url)
     for kid, org in (("rsa-1", "org-rsa"), ("ec-1", "org-ec"), ("ed-1", "org-ed")):
-        assert check.org_for(issuer.token(kid, org)) == org
+        assert check.verify(issuer.token(kid, org)).org == org
 
 
 def test_key_set_over_loopback_http_is_fetched_once_and_cached(issuer: Issuer, key_server: KeySetServer) -> None:
     check = verifier(key_server.url)
-    assert check.org_for(issuer.token("rsa-1", "org-a")) == "org-a"
-    assert check.org_for(issuer.token("rsa-1", "org-b")) == "org-b"
+    assert check.verify(issuer.token("rsa-1", "org-a")).org == "org-a"
+    assert check.verify(issuer.token("rsa-1", "org-b")).org == "org-b"
     assert key_server.fetches == 1
 
 
 def test_a_rotated_key_is_fetched_when_its_kid_first_appears(issuer: Issuer, key_server: KeySetServer) -> None:
     check = verifier(key_server.url, refresh_cooldown=0)
     old = issuer.token("rsa-1")
-    assert check.org_for(old) == "org-a"
+    assert check.verify(old).org == "org-a"
     issuer.add_key("rsa-2", "RS256")
     issuer.remove_key("rsa-1")
-    assert check.org_for(issuer.token("rsa-2", "org-new")) == "org-new"
+    assert check.verify(issuer.token("rsa-2", "org-new")).org == "org-new"
     assert key_server.fetches == 2
     with pytest.raises(InvalidToken, match="kid"):  # the retired key is gone from the set
-        check.org_for(old)
+        check.verify(old)
 
 
 def test_a_rotated_key_in_a_file_is_read_when_its_kid_first_appears(issuer: Issuer) -> None:
     check = verifier(issuer.url)
     old = issuer.token("rsa-1")
-    assert check.org_for(old) == "org-a"
+    assert check.verify(old).org == "org-a"
     issuer.add_key("ed-2", "EdDSA")
     issuer.remove_key("rsa-1")
-    assert check.org_for(issuer.token("ed-2", "org-new")) == "org-new"
+    assert check.verify(issuer.token("ed-2", "org-new")).org == "org-new"
     with pytest.raises(InvalidToken, match="kid"):
-        check.org_for(old)
+        check.verify(old)
 
 
 def test_unknown_kids_do_not_refetch_within_the_cooldown(issuer: Issuer, key_server: KeySetServer) -> None:
     check = verifier(key_server.url)
-    check.org_for(issuer.token("rsa-1"))
+    check.verify(issuer.token("rsa-1"))
     issuer.add_key("invented", "RS256")
     for _ in range(5):
         with pytest.raises(InvalidToken, match="kid"):
-            check.org_for(issuer.token("invented"))
+            check.verify(issuer.token("invented"))
     assert key_server.fetches == 1
 
 
 def test_expiry_has_a_small_leeway(issuer: Issuer) -> None:
     check = verifier(issuer.url)
     now = int(time.time())
-    assert check.org_for(issuer.token("rsa-1", exp=now - 5)) == "org-a"
+    assert check.verify(issuer.token("rsa-1", exp=now - 5)).org == "org-a"
     with pytest.raises(InvalidToken, match="expired"):
-        check.org_for(issuer.token("rsa-1", exp=now - 600))
+        check.verify(issuer.token("rsa-1", exp=now - 600))
     with pytest.raises(InvalidToken, match="not valid yet"):
-        check.org_for(issuer.token("rsa-1", nbf=now + 600))
+        check.verify(issuer.token("rsa-1", nbf=now + 600))
     with pytest.raises(InvalidToken, match="exp"):
-        check.org_for(issuer.token("rsa-1", exp=None))
+        check.verify(issuer.token("rsa-1", exp=None))
 
 
 def test_wrong_issuer_or_audience_is_refused(issuer: Issuer) -> None:
     check = verifier(issuer.url)
     with pytest.raises(InvalidToken, match="issuer"):
-        check.org_for(issuer.token("rsa-1", iss="https://other.example.test"))
+        check.verify(issuer.token("rsa-1", iss="https://other.example.test"))
     with pytest.raises(InvalidToken, match="audience"):
-        check.org_for(issuer.token("rsa-1", aud="another-service"))
+        check.verify(issuer.token("rsa-1", aud="another-service"))
 
 
 def test_alg_none_is_refused(issuer: Issuer) -> None:
     header = b64(json.dumps({"alg": "none", "typ": "JWT", "kid": "rsa-1"}).encode())
     unsigned = f"{header}.{b64(json.dumps(issuer.claims()).encode())}."
     with pytest.raises(InvalidToken, match="algorithm"):
-        verifier(issuer.url).org_for(unsigned)
+        verifier(issuer.url).verify(unsigned)
 
 
 def test_hs256_signed_with_the_public_key_is_refused(issuer: Issuer) -> None:
@@ -217,36 +217,36 @@ def test_hs256_signed_with_the_public_key_is_refused(issuer: Issuer) -> None:
     signing_input = f"{header}.{b64(json.dumps(issuer.claims()).encode())}"
     signature = b64(hmac.new(public_pem, signing_input.encode(), hashlib.sha256).digest())
     with pytest.raises(InvalidToken, match="algorithm"):
-        verifier(issuer.url).org_for(f"{signing_input}.{signature}")
+        verifier(issuer.url).verify(f"{signing_input}.{signature}")
 
 
 def test_a_tampered_payload_is_refused(issuer: Issuer) -> None:
     header, _, signature = issuer.token("rsa-1", "org-a").split(".")
     forged = b64(json.dumps(issuer.claims("org-b")).encode())
     with pytest.raises(InvalidToken, match="signature"):
-        verifier(issuer.url).org_for(f"{header}.{forged}.{signature}")
+        verifier(issuer.url).verify(f"{header}.{forged}.{signature}")
 
 
 def test_a_token_without_the_org_claim_is_refused(issuer: Issuer) -> None:
     with pytest.raises(InvalidToken, match="tenant_id"):
-        verifier(issuer.url).org_for(issuer.token("rsa-1", tenant_id=None))
+        verifier(issuer.url).verify(issuer.token("rsa-1", tenant_id=None))
     with pytest.raises(InvalidToken, match="tenant_id"):
-        verifier(issuer.url).org_for(issuer.token("rsa-1", tenant_id=""))
+        verifier(issuer.url).verify(issuer.token("rsa-1", tenant_id=""))
 
 
 def test_garbage_is_malformed_and_the_reason_never_quotes_it(issuer: Issuer) -> None:
     with pytest.raises(InvalidToken) as refused:
-        verifier(issuer.url).org_for("not.a-secret-looking.token")
+        verifier(issuer.url).verify("not.a-secret-looking.token")
     assert "secret" not in str(refused.value)
 
 
 def test_an_unreachable_or_broken_key_set_is_unavailable_not_invalid(issuer: Issuer, tmp_path: Path) -> None:
     with pytest.raises(KeysUnavailable):
-        verifier("http://127.0.0.1:9/jwks.json").org_for(issuer.token("rsa-1"))
+        verifier("http://127.0.0.1:9/jwks.json").verify(issuer.token("rsa-1"))
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     with pytest.raises(KeysUnavailable):
-        verifier(broken.as_uri()).org_for(issuer.token("rsa-1"))
+        verifier(broken.as_uri()).verify(issuer.token("rsa-1"))
 
 
 def test_settings_refuse_unsafe_token_configuration() -> None:

@@ -11,17 +11,43 @@ The gateway in front does not check credentials: this service does. Two modes
 - `jwt`: a valid bearer token alone (LibreChat v0.8.6+ sends nothing else).
 
 The organization comes from a verified token or is the deployment's (CODE_EXEC_ORG), never
-from the request body. A token that is present but not valid is a 401, never a fall-back.
+from the request body. The user is a verified token's `sub`; a key holder may name one in
+the request (G1 LibreChat: the exec body's `user_id`, the upload's `User-Id`). A token that
+is present but not valid is a 401, never a fall-back.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from .errors import Unauthorized
+from .sandbox.port import Owner
 from .settings import Settings
-from .tokens import InvalidToken, TokenVerifier
+from .tokens import Identity, InvalidToken, TokenVerifier
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: an organization, and one user of it.
+
+    `user` is None for one caller only: a holder of the service key that names no user
+    (LibreChat's own server fetching a download for one of its users, as G1 LibreChat
+    does). It may read every session of its organization; it never lands a run in one
+    that is not its own (see sessions.py)."""
+
+    org: str
+    user: str | None
+
+    def named(self, user: str | None) -> Caller:
+        """The same caller acting for the user its request names, unless its credential
+        named one already (a token's `sub` wins over a body or a header)."""
+        return self if self.user is not None or not user else Caller(self.org, user)
+
+    @property
+    def owner(self) -> Owner:
+        return Owner(self.org, self.user or "")
 
 
 class Authenticator:
@@ -47,14 +73,18 @@ class Authenticator:
             accepted.append("bearer token")
         return "accepts " + " or ".join(accepted) if accepted else "nothing configured: every route answers 401"
 
-    def org_for(self, headers: Mapping[str, str]) -> str:
-        """The organization the caller's sessions belong to, or Unauthorized."""
+    def caller(self, headers: Mapping[str, str]) -> Caller:
+        """Who is calling, or Unauthorized."""
         token = _bearer(headers)
         if "key" in self._modes and headers.get("x-api-key"):
             self._check_key(headers["x-api-key"])
-            return self._tenant(token) if token is not None and self._tokens else self._org
+            if token is not None and self._tokens:
+                identity = self._verified(token)
+                return Caller(identity.org, identity.user)
+            return Caller(self._org, None)
         if "jwt" in self._modes and token is not None:
-            return self._tenant(token)
+            identity = self._verified(token)
+            return Caller(identity.org, identity.user)
         wanted = [name for mode, name in (("key", "X-API-Key"), ("jwt", "a bearer token")) if mode in self._modes]
         raise Unauthorized("missing credentials: send " + " or ".join(wanted))
 
@@ -65,11 +95,11 @@ class Authenticator:
         if not hmac.compare_digest(given.encode(), expected.encode()):
             raise Unauthorized("wrong X-API-Key")
 
-    def _tenant(self, token: str) -> str:
+    def _verified(self, token: str) -> Identity:
         if self._tokens is None:
             raise Unauthorized("the service verifies no bearer tokens (CODE_EXEC_JWT_JWKS_URL is not set)")
         try:
-            return self._tokens.org_for(token)
+            return self._tokens.verify(token)
         except InvalidToken as exc:
             raise Unauthorized(str(exc)) from exc
 

@@ -49,7 +49,9 @@ class Settings(BaseSettings):
 
     run_timeout_seconds: float = 30.0
     max_output_bytes: int = 1_048_576  # each of stdout and stderr
-    max_upload_bytes: int = 5_242_880  # under API Gateway's and Lambda's 6 MB cap
+    # What LibreChat sends at most (its axios maxBodyLength); the SAM template sets 4 MiB,
+    # the most that passes API Gateway and Lambda.
+    max_upload_bytes: int = 157_286_400
     # Files listed in one exec reply; the rest stay in the session and in its listing.
     max_files_per_run: int = 100
     # local backend limits (README: "Isolation and limits").

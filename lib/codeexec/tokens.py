@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
@@ -31,6 +32,12 @@ LEEWAY_SECONDS = 30  # clock skew between the issuer and this service
 KEY_SET_TTL_SECONDS = 300
 REFRESH_COOLDOWN_SECONDS = 30.0
 FETCH_TIMEOUT_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class Identity:
+    org: str
+    user: str  # the token's `sub`; "" when it names none
 
 
 class InvalidToken(Exception):
@@ -93,8 +100,9 @@ class TokenVerifier:
         self._org_claim = org_claim
         self._algorithms = sorted(algorithms)
 
-    def org_for(self, token: str) -> str:
-        """The organization the token names, or InvalidToken / KeysUnavailable."""
+    def verify(self, token: str) -> Identity:
+        """Who the token names: its organization and its user (`sub`), or InvalidToken /
+        KeysUnavailable."""
         import jwt
 
         try:
@@ -115,7 +123,8 @@ class TokenVerifier:
         org = claims.get(self._org_claim)
         if not isinstance(org, str) or not org:
             raise InvalidToken(f"the bearer token has no '{self._org_claim}' claim naming an organization")
-        return org
+        sub = claims.get("sub")
+        return Identity(org, sub if isinstance(sub, str) else "")
 
 
 def _reason(exc: Exception) -> str:

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-# G2's resource kinds. Sessions here belong to an organization, not to a resource, so a
-# kind selects nothing; it is echoed back so the client keeps its own bookkeeping.
+# G2's resource kinds. An upload of kind `agent` or `skill` is shared by every user of the
+# organization (sessions.py); on a file ref the kind is echoed back for the client's books.
 Kind = Literal["skill", "agent", "user"]
 
 
@@ -45,7 +45,6 @@ class ExecRequest(BaseModel):
     files: list[FileRef] = Field(default_factory=list)
     session_id: str | None = None
     user_id: str | None = None
-    # Accepted and selects nothing: every session here is already a warm sandbox.
     runtime_session_hint: str | None = None
 
     @field_validator("args", mode="before")
@@ -62,8 +61,8 @@ class ExecRequest(BaseModel):
 
 
 class OutputFile(BaseModel):
-    id: str
-    name: str
+    id: str  # derived from the session and the path (codeexec.ids)
+    name: str  # the path relative to /mnt/data: `plots/a.png`, never cut to the basename
     session_id: str
     storage_session_id: str  # both spellings, so either kind of client finds it
     # G2 only, and only on an unchanged input echoed back: the input's own ref. The exec
@@ -79,10 +78,14 @@ class ExecReply(BaseModel):
     stdout: str
     stderr: str
     files: list[OutputFile]
+    # The paths the run removed (G2 drops a file from its session only when named here).
+    deleted_files: list[str] | None = None
 
 
 class UploadedFile(BaseModel):
     fileId: str  # noqa: N815 - the wire's spelling
+    # The path the file has under /mnt/data: the multipart filename as sent, which
+    # LibreChat's skill priming keys on (`skills/pdf/SKILL.md`).
     filename: str
 
 

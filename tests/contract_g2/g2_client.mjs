@@ -41,14 +41,11 @@
  *  - Downloads: the package downloads nothing. LibreChat does, per output file:
  *    GET {base}/download/{storage_session_id}/{id}?kind=user&id=<user id>
  *    with User-Agent and the same auth headers (api/server/services/Files/Code/crud.js).
- *
- * LibreChat's token (packages/api/src/auth/codeapi.ts): header {alg, typ:'JWT',
- * kid}, alg EdDSA (default) or RS256, claims iss 'librechat', aud 'codeapi',
- * sub <user id>, iat, nbf, exp = iat + 300, jti, tenant_id, role,
- * principal_source, auth_context_hash; signed with node:crypto's sign().
+ *  - The token is LibreChat's own (librechat.mjs).
  */
-import { createHash, createPrivateKey, randomBytes, randomUUID, sign } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { agentsVersion, failer, importIsolated, keepTrafficLocal } from '../contract_shared.mjs';
+import { mint as mintFor } from './librechat.mjs';
 
 const fail = failer('g2_client');
 process.on('unhandledRejection', fail);
@@ -66,22 +63,9 @@ const watchdog = setTimeout(() => fail(new Error('timed out')), 90000);
 
 keepTrafficLocal();
 
-const b64url = (value) => Buffer.from(value).toString('base64url');
-const key = createPrivateKey(KEY_PEM);
-
-/** A code API token with LibreChat's header and claims. */
-function mint({ tenant = TENANT, ttl = 300 } = {}) {
-  const now = Math.floor(Date.now() / 1000);
-  const context = { principal_source: 'librechat_jwt', role: 'USER', sub: USER_ID, tenant_id: tenant };
-  const claims = {
-    iss: 'librechat', aud: 'codeapi', sub: USER_ID, iat: now, nbf: now, exp: now + ttl,
-    jti: randomUUID(), tenant_id: tenant, role: 'USER', principal_source: 'librechat_jwt',
-    auth_context_hash: createHash('sha256').update(JSON.stringify(context)).digest('hex'),
-  };
-  const input = `${b64url(JSON.stringify({ alg: ALG, typ: 'JWT', kid: KID }))}.${b64url(JSON.stringify(claims))}`;
-  const signature = sign(ALG === 'RS256' ? 'RSA-SHA256' : null, Buffer.from(input), key);
-  return `${input}.${b64url(signature)}`;
-}
+/** A code API token with LibreChat's header and claims (librechat.mjs). */
+const mint = ({ tenant = TENANT, ttl = 300 } = {}) =>
+  mintFor({ pem: KEY_PEM, kid: KID, alg: ALG, tenant, user: USER_ID, ttl });
 const authHeaders = async () => ({ Authorization: `Bearer ${mint()}` });
 
 const agents = await importIsolated(() => import('@librechat/agents'), 'g2-client-').catch(fail);

@@ -11,8 +11,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
-from ..auth import Authenticator
-from ..sandbox.port import Owner
+from ..auth import Authenticator, Caller
 from ..sessions import Sessions
 from ..settings import Settings
 
@@ -32,13 +31,11 @@ async def _service(request: Request) -> Service:
     return request.app.state.service  # type: ignore[no-any-return]
 
 
-async def _owner(request: Request, service: Annotated[Service, Depends(_service)]) -> Owner:
+async def _caller(request: Request, service: Annotated[Service, Depends(_service)]) -> Caller:
     if "authorization" in request.headers:  # verifying a token may fetch the key set
-        org = await run_in_threadpool(service.auth.org_for, request.headers)
-    else:
-        org = service.auth.org_for(request.headers)
-    return Owner(org)
+        return await run_in_threadpool(service.auth.caller, request.headers)
+    return service.auth.caller(request.headers)
 
 
 ServiceDep = Annotated[Service, Depends(_service)]
-OwnerDep = Annotated[Owner, Depends(_owner)]
+CallerDep = Annotated[Caller, Depends(_caller)]

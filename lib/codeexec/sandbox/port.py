@@ -59,6 +59,8 @@ class Lease:
     # An upload made for everyone of the organization (an agent's files, a skill): runs
     # copy from it and never land in it.
     shared: bool
+    # Its files are inputs a run may read but never hands back as its own (a skill's).
+    read_only: bool
     leased_at: float  # epoch seconds
     ttl_seconds: int
     touched_at: float  # epoch seconds of the last call that addressed the session
@@ -151,7 +153,7 @@ class Sandboxes(Protocol):
     #: the `lang` values this backend can run
     languages: frozenset[str]
 
-    def create(self, owner: OwnerTag, shared: bool = False) -> AbstractContextManager[Sandbox]:
+    def create(self, owner: OwnerTag, shared: bool = False, read_only: bool = False) -> AbstractContextManager[Sandbox]:
         """Lease a new sandbox with the backend's TTL, and hold it open."""
 
     def open(self, session_id: str, admit: Callable[[Lease], bool]) -> AbstractContextManager[Sandbox]:

@@ -16,10 +16,13 @@ from fastapi.responses import StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.types import Message, Receive
 
+from ... import ids
+from ...auth import Caller
 from ...errors import BadRequest, TooLarge
-from ...sandbox.port import FileInfo, Owner
+from ...sandbox.port import FileInfo
+from ...sessions import UploadTerms
 from ...wire import BatchUploadedFile, BatchUploadReply, UploadedFile, UploadReply
-from ..dependencies import OwnerDep, Service, ServiceDep
+from ..dependencies import CallerDep, Service, ServiceDep
 
 UPLOAD_PATH = "/v1/upload"
 UPLOAD_BATCH_PATH = "/v1/upload/batch"
@@ -34,22 +37,22 @@ router = APIRouter()
 
 
 @router.post(UPLOAD_PATH)
-async def upload(request: Request, service: ServiceDep, owner: OwnerDep) -> UploadReply:
-    session_id, names = await _receive_upload(request, service, owner)
-    files = [UploadedFile(fileId=n, filename=n) for n in names]
+async def upload(request: Request, service: ServiceDep, caller: CallerDep) -> UploadReply:
+    session_id, paths = await _receive_upload(request, service, caller)
+    files = [UploadedFile(fileId=ids.file_id(session_id, p), filename=p) for p in paths]
     return UploadReply(session_id=session_id, storage_session_id=session_id, files=files)
 
 
 @router.post(UPLOAD_BATCH_PATH)
-async def upload_batch(request: Request, service: ServiceDep, owner: OwnerDep) -> BatchUploadReply:
-    session_id, names = await _receive_upload(request, service, owner)
-    files = [BatchUploadedFile(fileId=n, filename=n) for n in names]
+async def upload_batch(request: Request, service: ServiceDep, caller: CallerDep) -> BatchUploadReply:
+    session_id, paths = await _receive_upload(request, service, caller)
+    files = [BatchUploadedFile(fileId=ids.file_id(session_id, p), filename=p) for p in paths]
     return BatchUploadReply(session_id=session_id, storage_session_id=session_id, files=files, succeeded=len(files))
 
 
 @router.get(DOWNLOAD_PATH)
-def download(session_id: str, file_id: str, service: ServiceDep, owner: OwnerDep) -> StreamingResponse:
-    reader, info = service.sessions.open_file(owner, session_id, file_id)
+def download(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> StreamingResponse:
+    reader, info = service.sessions.open_file(caller, session_id, file_id)
     name = info.path.rsplit("/", 1)[-1]
     media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
     headers = {"Content-Length": str(info.size), "Content-Disposition": _disposition(name)}
@@ -60,36 +63,38 @@ def download(session_id: str, file_id: str, service: ServiceDep, owner: OwnerDep
 def list_files(
     session_id: str,
     service: ServiceDep,
-    owner: OwnerDep,
+    caller: CallerDep,
     detail: Annotated[Literal["summary", "simple", "full"], Query()] = "simple",
 ) -> list[Any]:
-    found = service.sessions.list_files(owner, session_id)
+    found = service.sessions.list_files(caller, session_id)
     if detail == "simple":
-        return [f"{session_id}/{f.path}" for f in found]
+        return [f"{session_id}/{ids.file_id(session_id, f.path)}" for f in found]
     return [_summary(session_id, f, full=detail == "full") for f in found]
 
 
 @router.delete(FILE_PATH)
-def delete_file(session_id: str, file_id: str, service: ServiceDep, owner: OwnerDep) -> dict[str, str]:
-    path = service.sessions.remove(owner, session_id, file_id)
-    return {"message": "success", "session_id": session_id, "fileId": path}
+def delete_file(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> dict[str, str]:
+    path = service.sessions.remove(caller, session_id, file_id)
+    return {"message": "success", "session_id": session_id, "fileId": ids.file_id(session_id, path)}
 
 
 @router.get(OBJECT_PATH)
-def object_info(session_id: str, file_id: str, service: ServiceDep, owner: OwnerDep) -> dict[str, Any]:
+def object_info(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> dict[str, Any]:
     """LibreChat reads `lastModified` here to decide whether to upload a file again."""
-    return _summary(session_id, service.sessions.stat(owner, session_id, file_id), full=True)
+    return _summary(session_id, service.sessions.stat(caller, session_id, file_id), full=True)
 
 
 @router.delete(OBJECT_PATH)
-def delete_object(session_id: str, file_id: str, service: ServiceDep, owner: OwnerDep) -> dict[str, str]:
-    path = service.sessions.remove(owner, session_id, file_id)
-    return {"message": "success", "storage_session_id": session_id, "fileId": path}
+def delete_object(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> dict[str, str]:
+    path = service.sessions.remove(caller, session_id, file_id)
+    return {"message": "success", "storage_session_id": session_id, "fileId": ids.file_id(session_id, path)}
 
 
-async def _receive_upload(request: Request, service: Service, owner: Owner) -> tuple[str, list[str]]:
-    """Both generations' uploads, one file or a batch. G2's `kind`/`id`/`version` fields
-    select nothing here: a session belongs to the organization (see wire.Kind)."""
+async def _receive_upload(request: Request, service: Service, caller: Caller) -> tuple[str, list[str]]:
+    """Both generations' uploads, one file or a batch. The files of an upload of kind
+    `agent` or `skill` (G2), made for an agent (G1's `entity_id`) or read-only (a skill's
+    bundle, in either generation) are shared by the organization, and read-only ones are
+    inputs a run never hands back. G1 LibreChat names the user in `User-Id`."""
     limit = service.sessions.limits.max_upload_bytes
     body_limit = limit + _FRAMING_BYTES
     if int(request.headers.get("content-length") or 0) > body_limit:
@@ -101,8 +106,12 @@ async def _receive_upload(request: Request, service: Service, owner: Owner) -> t
     if not parts:
         raise BadRequest("the form has no file part (named 'file' or 'files')")
     session_id = str(form.get("session_id") or request.query_params.get("session_id") or "") or None
+    read_only = str(form.get("read_only", "")).lower() == "true"  # a skill's bundle, G1 or G2
+    shared = form.get("kind") in ("agent", "skill") or bool(form.get("entity_id")) or read_only
+    terms = UploadTerms(shared=shared, read_only=read_only)
     files = [(part.filename, part.file) for part in parts]
-    return await run_in_threadpool(service.sessions.upload, owner, session_id, files)
+    caller = caller.named(request.headers.get("user-id"))
+    return await run_in_threadpool(service.sessions.upload, caller, session_id, files, terms)
 
 
 def _capped(receive: Receive, body_limit: int, limit: int) -> Receive:
@@ -135,15 +144,20 @@ def _disposition(name: str) -> str:
 
 
 def _summary(session_id: str, f: FileInfo, full: bool) -> dict[str, Any]:
+    """One file as a listing names it: `name` is "{session_id}/{file_id}" (G1 LibreChat
+    matches it by prefix; 3.1.x rebuilds the id from its second segment), `fileId` what
+    LibreChat's liveness check matches, `path` where the file is under /mnt/data."""
     modified = datetime.fromtimestamp(f.mtime_ns / 1e9, UTC).isoformat(timespec="milliseconds")
+    file_id = ids.file_id(session_id, f.path)
     item: dict[str, Any] = {
-        "name": f"{session_id}/{f.path}",
-        "id": f.path,
+        "name": f"{session_id}/{file_id}",
+        "id": file_id,
+        "fileId": file_id,
+        "path": f.path,
         "size": f.size,
         "lastModified": modified.replace("+00:00", "Z"),
     }
     if full:
         content_type = mimetypes.guess_type(f.path)[0] or "application/octet-stream"
-        original = f.path.rsplit("/", 1)[-1]
-        item |= {"contentType": content_type, "metadata": {"content-type": content_type, "original-filename": original}}
+        item |= {"contentType": content_type, "metadata": {"content-type": content_type, "original-filename": f.path}}
     return item

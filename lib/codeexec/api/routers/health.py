@@ -10,11 +10,14 @@ from fastapi import APIRouter
 from ..dependencies import ServiceDep
 
 HEALTH_PATH = "/health"
+# Where the reference server answers it, under the clients' base URL.
+V1_HEALTH_PATH = "/v1/health"
 
 router = APIRouter()
 
 
 @router.get(HEALTH_PATH)
+@router.get(V1_HEALTH_PATH)
 def health(service: ServiceDep) -> dict[str, Any]:
     return {
         "status": "ok",

@@ -193,8 +193,8 @@ class AgentCoreSandboxes:
         )
 
     @contextlib.contextmanager
-    def create(self, owner: OwnerTag, shared: bool = False) -> Iterator[AgentCoreSandbox]:
-        name = _session_name(owner, shared, self.ttl_seconds)
+    def create(self, owner: OwnerTag, shared: bool = False, read_only: bool = False) -> Iterator[AgentCoreSandbox]:
+        name = _session_name(owner, shared, read_only, self.ttl_seconds)
         started = self.api.start(name, self.ttl_seconds)
         lease = _lease_of(started["sessionId"], name, started["createdAt"].timestamp(), None)
         assert lease is not None
@@ -266,19 +266,21 @@ def _is_session_id(session_id: str) -> bool:
     return 0 < len(session_id) <= 40 and _SESSION_ID_CHARS.issuperset(session_id)
 
 
-def _session_name(owner: OwnerTag, shared: bool, ttl_seconds: int) -> str:
-    """`codeexec-<ttl>-<u|s>-<org digest>-<user digest>`, 70 characters: AgentCore
-    names are 1 to 100."""
-    return f"{_NAME_PREFIX}-{ttl_seconds}-{'s' if shared else 'u'}-{owner.org}-{owner.user}"
+def _session_name(owner: OwnerTag, shared: bool, read_only: bool, ttl_seconds: int) -> str:
+    """`codeexec-<ttl>-<flags>-<org digest>-<user digest>`, at most 71 characters
+    (AgentCore names are 1 to 100). The flags: `s` shared, `r` read-only, else `u`."""
+    flags = ("s" if shared else "") + ("r" if read_only else "") or "u"
+    return f"{_NAME_PREFIX}-{ttl_seconds}-{flags}-{owner.org}-{owner.user}"
 
 
 def _lease_of(session_id: str, name: str, leased_at: float, touched_at: float | None) -> Lease | None:
     """The lease a session name records, or None when the session is not ours."""
-    prefix, ttl, kind, org, user, *rest = [*name.split("-"), "", "", "", "", ""][:6]
-    if prefix != _NAME_PREFIX or not ttl.isdigit() or kind not in ("u", "s") or not org or not user or rest[0]:
+    prefix, ttl, flags, org, user, *rest = [*name.split("-"), "", "", "", "", ""][:6]
+    known = flags in ("u", "s", "r", "sr")
+    if prefix != _NAME_PREFIX or not ttl.isdigit() or not known or not org or not user or rest[0]:
         return None
     owner = OwnerTag(org, user)
-    return Lease(session_id, owner, kind == "s", leased_at, int(ttl), touched_at or leased_at)
+    return Lease(session_id, owner, "s" in flags, "r" in flags, leased_at, int(ttl), touched_at or leased_at)
 
 
 def _is_hidden(path: str) -> bool:

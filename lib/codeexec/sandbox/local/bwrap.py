@@ -55,6 +55,8 @@ _ENV = {
     "GOPATH": "/tmp/go",
     # Unbuffered, a Python program stopped at its time limit still shows what it printed.
     "PYTHONUNBUFFERED": "1",
+    # No __pycache__ among the session's files for every module a run imports from there.
+    "PYTHONDONTWRITEBYTECODE": "1",
 }
 
 

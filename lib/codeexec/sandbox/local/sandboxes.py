@@ -1,7 +1,7 @@
 """The `local` backend: a sandbox is a directory on this host, code runs under bubblewrap.
 
     SANDBOX_ROOT/<session_id>/
-        lease.json   owner, shared, leased at, TTL (written once, read-only to everyone else)
+        lease.json   owner, shared, read-only, leased at, TTL (written once, private to the service)
         lock         flock: calls hold it shared, ending takes it exclusive
         run.lock     flock: the session's exclusive hold (sessions.py takes it for changes)
         data/        the artifact directory, bound at /mnt/data inside the sandbox
@@ -127,7 +127,7 @@ class LocalSandboxes:
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
 
     @contextlib.contextmanager
-    def create(self, owner: OwnerTag, shared: bool = False) -> Iterator[LocalSandbox]:
+    def create(self, owner: OwnerTag, shared: bool = False, read_only: bool = False) -> Iterator[LocalSandbox]:
         session_id = ids.new_session_id()
         path = self.root / session_id
         path.mkdir(mode=0o711)
@@ -138,6 +138,7 @@ class LocalSandboxes:
         lease = {
             "owner": {"org": owner.org, "user": owner.user},
             "shared": shared,
+            "read_only": read_only,
             "leased_at": time.time(),
             "ttl_seconds": self.lease_ttl_seconds,
         }
@@ -219,6 +220,7 @@ class LocalSandboxes:
             meta = json.loads((path / "lease.json").read_text())
             touched = (path / "lock").stat().st_mtime
             owner = OwnerTag(meta["owner"]["org"], meta["owner"]["user"])
-            return Lease(session_id, owner, meta["shared"], meta["leased_at"], meta["ttl_seconds"], touched)
+            shared, read_only = bool(meta["shared"]), bool(meta["read_only"])
+            return Lease(session_id, owner, shared, read_only, meta["leased_at"], meta["ttl_seconds"], touched)
         except (OSError, ValueError, KeyError, TypeError):
             return None
