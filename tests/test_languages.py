@@ -290,9 +290,9 @@ def test_slow_toolchains_get_their_own_time_limit(
     seen: list[float] = []
     real_run = bwrap.run
 
-    def recording_run(data_dir: str, argv: list[str], program: object, timeout: float, *rest: object) -> object:
+    def recording_run(data_dir: str, argv: list[str], program: object, timeout: float, *rest: object, **kw: object):
         seen.append(timeout)
-        return real_run(data_dir, argv, program, timeout, *rest)  # type: ignore[arg-type]
+        return real_run(data_dir, argv, program, timeout, *rest, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(bwrap, "run", recording_run)
     run(client, "true", "bash")

@@ -73,6 +73,12 @@ class FileNotFound(ServiceError):
         super().__init__()
 
 
+class Conflict(ServiceError):
+    status = 409
+    error = "Conflict"
+    default_details = "the request conflicts with the session's state"
+
+
 class TooLarge(ServiceError):
     status = 413
     error = "Payload too large"

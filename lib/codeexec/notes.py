@@ -8,28 +8,28 @@ from collections.abc import Iterable
 
 from .sandbox.port import Limit, LimitHit
 
+_SAID = {
+    "time": "Stopped: the run exceeded its {amount} s time limit.",
+    "time waited": "Stopped waiting: the run exceeded its {amount} s time limit (it may still be running).",
+    "cancelled": "Stopped: the run was cancelled.",
+    "cpu": "Stopped: the program used up its {amount} s of CPU time.",
+    "memory": "Killed: the run exceeded its memory limit of {amount} bytes.",
+    "processes": "The run reached its limit of {amount} processes and threads; no more started.",
+    "file size": "A file reached the {amount} byte file size limit; writing past it failed.",
+    "session disk": "Stopped: the session's files exceeded their {amount} byte limit.",
+    "session disk over": "The session's files exceed their {amount} byte limit.",
+    "output": "Output truncated: {stream} exceeded {amount} bytes; the rest was dropped.",
+}
+
 
 def limit_hit(hit: LimitHit) -> str:
     amount = f"{hit.amount:g}" if hit.limit in (Limit.TIME, Limit.CPU) else str(int(hit.amount))
-    match hit.limit:
-        case Limit.TIME if hit.still_running:
-            return f"Stopped waiting: the run exceeded its {amount} s time limit (it may still be running)."
-        case Limit.TIME:
-            return f"Stopped: the run exceeded its {amount} s time limit."
-        case Limit.CPU:
-            return f"Stopped: the program used up its {amount} s of CPU time."
-        case Limit.MEMORY:
-            return f"Killed: the run exceeded its memory limit of {amount} bytes."
-        case Limit.PROCESSES:
-            return f"The run reached its limit of {amount} processes and threads; no more started."
-        case Limit.FILE_SIZE:
-            return f"A file reached the {amount} byte file size limit; writing past it failed."
-        case Limit.SESSION_DISK if hit.stopped:
-            return f"Stopped: the session's files exceeded their {amount} byte limit."
-        case Limit.SESSION_DISK:
-            return f"The session's files exceed their {amount} byte limit."
-        case Limit.OUTPUT:
-            return f"Output truncated: {hit.stream} exceeded {amount} bytes; the rest was dropped."
+    kind = hit.limit.value
+    if hit.limit is Limit.TIME and hit.still_running:
+        kind = "time waited"
+    elif hit.limit is Limit.SESSION_DISK and not hit.stopped:
+        kind = "session disk over"
+    return _SAID[kind].format(amount=amount, stream=hit.stream)
 
 
 def not_available(name: str) -> str:

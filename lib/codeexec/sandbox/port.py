@@ -81,10 +81,14 @@ class Program:
     code: str
     args: tuple[str, ...] = ()
     timeout: float = 30.0  # wall-clock seconds the caller allows; a backend may allow more
+    # A handle `Sandboxes.cancel` stops this run by, from any process: derived by the
+    # session layer from the caller and the client's request id, so nobody else has it.
+    run_key: str | None = None
 
 
 class Limit(Enum):
     TIME = "time"  # wall clock
+    CANCELLED = "cancelled"  # not a limit: the client asked for the run to stop
     CPU = "cpu"
     MEMORY = "memory"
     PROCESSES = "processes"
@@ -152,9 +156,15 @@ class Sandboxes(Protocol):
 
     #: the `lang` values this backend can run
     languages: frozenset[str]
+    #: whether `create` takes a session id of the caller's choosing (the stateful
+    #: profile derives one per conversation); a backend whose ids are its own says no
+    named_sessions: bool
 
-    def create(self, owner: OwnerTag, shared: bool = False, read_only: bool = False) -> AbstractContextManager[Sandbox]:
-        """Lease a new sandbox with the backend's TTL, and hold it open."""
+    def create(
+        self, owner: OwnerTag, shared: bool = False, read_only: bool = False, session_id: str | None = None
+    ) -> AbstractContextManager[Sandbox]:
+        """Lease a new sandbox with the backend's TTL, and hold it open. With a
+        `session_id` (only where `named_sessions`), Conflict when that id is taken."""
 
     def open(self, session_id: str, admit: Callable[[Lease], bool]) -> AbstractContextManager[Sandbox]:
         """Open a live sandbox whose lease `admit`s the caller, and touch it; else
@@ -164,6 +174,10 @@ class Sandboxes(Protocol):
 
     def end(self, session_id: str) -> None:
         """End a sandbox now (for one-shot callers); ending an ended one is a no-op."""
+
+    def cancel(self, run_key: str) -> None:
+        """Stop the run whose Program carries `run_key`, from any process, now or as soon
+        as it starts (a cancel may arrive before the run does); a no-op when none does."""
 
     def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
         """For the reaper: end the sandbox only if no call is using it and `still_due`

@@ -178,6 +178,7 @@ class AgentCoreSandbox:
 
 class AgentCoreSandboxes:
     languages = frozenset(_LANGS)
+    named_sessions = False  # AgentCore chooses its session ids itself
 
     def __init__(self, config: AgentCoreConfig, api: AgentCoreApi | None = None) -> None:
         self.ttl_seconds = min(config.lease_ttl_seconds, MAX_SESSION_SECONDS)
@@ -193,7 +194,11 @@ class AgentCoreSandboxes:
         )
 
     @contextlib.contextmanager
-    def create(self, owner: OwnerTag, shared: bool = False, read_only: bool = False) -> Iterator[AgentCoreSandbox]:
+    def create(
+        self, owner: OwnerTag, shared: bool = False, read_only: bool = False, session_id: str | None = None
+    ) -> Iterator[AgentCoreSandbox]:
+        if session_id is not None:
+            raise ValueError("AgentCore chooses its session ids itself")
         name = _session_name(owner, shared, read_only, self.ttl_seconds)
         started = self.api.start(name, self.ttl_seconds)
         lease = _lease_of(started["sessionId"], name, started["createdAt"].timestamp(), None)
@@ -218,6 +223,11 @@ class AgentCoreSandboxes:
         if _is_session_id(session_id):
             with contextlib.suppress(SessionNotFound):
                 self.api.stop(session_id)
+
+    def cancel(self, run_key: str) -> None:
+        """A no-op: the run key names no session, and a call that reaches another function
+        than the one running the program has nowhere to find it. A run stops at its time
+        limit."""
 
     def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
         """AgentCore has no lock the reaper could take without waiting. Instead, every

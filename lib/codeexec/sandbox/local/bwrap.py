@@ -112,16 +112,19 @@ def run(
     limits: Limits,
     as_user: tuple[int, int] | None,
     cgroup_parents: Mapping[str, cgroups.Parent],
+    cancelled: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Run argv in a fresh sandbox over data_dir; `program` maps file names to the
-    contents placed read-only in /code."""
+    contents placed read-only in /code. `cancelled` is asked as often as the disk is
+    measured; once it says yes, the run is stopped."""
     # A run may not grow the session's files past the limit. One that starts above it
     # (an earlier run overshot between two measurements) may still run, and clean up.
     disk_cap = max(limits.max_session_bytes, disk.usage(data_dir).total)
     with cgroups.run_cgroup(cgroup_parents, limits.memory_bytes, limits.max_processes) as cgroup:
         command = [*limits.prlimit_argv(cgroup.controllers), *argv]
         with _sandbox(data_dir, command, program, limits, as_user, cgroup) as sandbox:
-            output = _collect(sandbox, timeout, limits, lambda: disk.usage(data_dir).total > disk_cap)
+            over_disk = lambda: disk.usage(data_dir).total > disk_cap  # noqa: E731
+            output = _collect(sandbox, timeout, limits, over_disk, cancelled or (lambda: False))
         hits = _hits(limits, output, cgroup, disk.usage(data_dir), disk_cap)
     return RunResult(
         stdout=output.stdout.decode("utf-8", "replace"),
@@ -244,7 +247,9 @@ class _Output:
     exit_code: int
 
 
-def _collect(sandbox: _Sandbox, timeout: float, limits: Limits, over_disk: Callable[[], bool]) -> _Output:
+def _collect(
+    sandbox: _Sandbox, timeout: float, limits: Limits, over_disk: Callable[[], bool], cancelled: Callable[[], bool]
+) -> _Output:
     """Read both pipes to the end and wait for bwrap, keeping at most max_output_bytes of
     each pipe, and stop the run at the deadline or when the session's files outgrow their
     limit. Output past the cap is read and dropped, so a program printing without end
@@ -264,7 +269,9 @@ def _collect(sandbox: _Sandbox, timeout: float, limits: Limits, over_disk: Calla
             if now >= deadline:
                 stopped = LimitHit(Limit.TIME, timeout)
             elif now >= next_watch:
-                if over_disk():
+                if cancelled():
+                    stopped = LimitHit(Limit.CANCELLED, 0)
+                elif over_disk():
                     stopped = LimitHit(Limit.SESSION_DISK, limits.max_session_bytes)
                 next_watch = time.monotonic() + max(_WATCH_SECONDS, 9 * (time.monotonic() - now))
             if stopped:

@@ -5,6 +5,7 @@
         lock         flock: calls hold it shared, ending takes it exclusive
         run.lock     flock: the session's exclusive hold (sessions.py takes it for changes)
         data/        the artifact directory, bound at /mnt/data inside the sandbox
+    SANDBOX_ROOT/.cancel/<run key>   a cancel for a run, seen by the run in any process
 
 The program sees only data/, so it can neither read nor change its own lease. "Last
 touched" is the mtime of lock, which every call that addresses the session updates.
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ... import ids
-from ...errors import SessionNotFound, TooLarge
+from ...errors import Conflict, SessionNotFound, TooLarge
 from ...languages import LANGUAGES
 from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
 from . import bwrap, cgroups, disk, files
@@ -35,6 +36,9 @@ from .limits import Limits
 from .toolchains import TOOLCHAINS
 
 _TOMBSTONE = ".ended-"
+_CANCELS = ".cancel"
+# A cancel that found no run (it had ended already) is swept after this long.
+_CANCEL_KEPT_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -85,15 +89,21 @@ class LocalSandbox:
         source = LANGUAGES[program.lang].source_name(program.code)
         argv = toolchain.argv(program.lang, source, program.args)
         backend = self._backend
-        return bwrap.run(
-            self._data,
-            argv,
-            {source: program.code.encode("utf-8", "surrogatepass")},
-            toolchain.timeout(program.timeout),
-            backend.limits,
-            backend.sandbox_user,
-            backend.cgroup_parents,
-        )
+        cancel = backend.cancel_marker(program.run_key) if program.run_key else None
+        try:
+            return bwrap.run(
+                self._data,
+                argv,
+                {source: program.code.encode("utf-8", "surrogatepass")},
+                toolchain.timeout(program.timeout),
+                backend.limits,
+                backend.sandbox_user,
+                backend.cgroup_parents,
+                cancelled=cancel.exists if cancel else None,
+            )
+        finally:
+            if cancel:
+                cancel.unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -123,14 +133,24 @@ class LocalSandboxes:
         self.root.mkdir(parents=True, exist_ok=True)
         # Traversable (bwrap, as the sandbox uid, must reach data/) but not listable.
         self.root.chmod(0o711)
+        (self.root / _CANCELS).mkdir(mode=0o700, exist_ok=True)
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
 
+    named_sessions = True
+
     @contextlib.contextmanager
-    def create(self, owner: OwnerTag, shared: bool = False, read_only: bool = False) -> Iterator[LocalSandbox]:
-        session_id = ids.new_session_id()
+    def create(
+        self, owner: OwnerTag, shared: bool = False, read_only: bool = False, session_id: str | None = None
+    ) -> Iterator[LocalSandbox]:
+        if session_id is not None and not ids.is_session_id(session_id):
+            raise ValueError("not a session id")
+        session_id = session_id or ids.new_session_id()
         path = self.root / session_id
-        path.mkdir(mode=0o711)
+        try:
+            path.mkdir(mode=0o711)
+        except FileExistsError:
+            raise Conflict("that session exists already") from None
         data = path / "data"
         data.mkdir(mode=0o700)
         if self.sandbox_user:
@@ -171,6 +191,15 @@ class LocalSandboxes:
     def end(self, session_id: str) -> None:
         self._end(session_id, fcntl.LOCK_EX, lambda lease: True)
 
+    def cancel(self, run_key: str) -> None:
+        # The run, in whichever process, sees the marker at its next look (every 20 ms).
+        self.cancel_marker(run_key).touch()
+
+    def cancel_marker(self, run_key: str) -> Path:
+        if not ids.is_file_id(run_key):
+            raise ValueError("not a run key")
+        return self.root / _CANCELS / run_key
+
     def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
         # Never waits: a session some call holds is busy, and the next pass tries again.
         return self._end(session_id, fcntl.LOCK_EX | fcntl.LOCK_NB, still_due)
@@ -206,6 +235,7 @@ class LocalSandboxes:
         return True
 
     def leases(self) -> Iterator[Lease]:
+        self._sweep_cancels()
         for entry in os.scandir(self.root):
             if entry.name.startswith(_TOMBSTONE):
                 shutil.rmtree(entry.path, ignore_errors=True)  # an ending that did not finish
@@ -213,6 +243,13 @@ class LocalSandboxes:
                 lease = self._lease_of(entry.name, Path(entry.path))
                 if lease is not None:
                     yield lease
+
+    def _sweep_cancels(self) -> None:
+        old = time.time() - _CANCEL_KEPT_SECONDS
+        for marker in os.scandir(self.root / _CANCELS):
+            with contextlib.suppress(OSError):
+                if marker.stat(follow_symlinks=False).st_mtime < old:
+                    os.unlink(marker.path)
 
     @staticmethod
     def _lease_of(session_id: str, path: Path) -> Lease | None:
