@@ -16,8 +16,6 @@ _SAID = {
     "memory": "Killed: the run exceeded its memory limit of {amount} bytes.",
     "processes": "The run reached its limit of {amount} processes and threads; no more started.",
     "file size": "A file reached the {amount} byte file size limit; writing past it failed.",
-    "session disk": "Stopped: the session's files exceeded their {amount} byte limit.",
-    "session disk over": "The session's files exceed their {amount} byte limit.",
     "output": "Output truncated: {stream} exceeded {amount} bytes; the rest was dropped.",
 }
 
@@ -27,8 +25,6 @@ def limit_hit(hit: LimitHit) -> str:
     kind = hit.limit.value
     if hit.limit is Limit.TIME and hit.still_running:
         kind = "time waited"
-    elif hit.limit is Limit.SESSION_DISK and not hit.stopped:
-        kind = "session disk over"
     return _SAID[kind].format(amount=amount, stream=hit.stream)
 
 

@@ -34,10 +34,14 @@ class Settings(BaseSettings):
 
     sandbox_backend: Literal["local", "agentcore"] = "local"
     # local backend: one directory per session under here.
-    sandbox_root: Path = Path("/var/tmp/codeexec")
-    # The host uid/gid a sandboxed program runs as when the service runs as root.
-    sandbox_uid: int = 65534
-    sandbox_gid: int = 65534
+    # local backend: one btrfs subvolume per session under here; made a btrfs filesystem
+    # of its own (an image beside it, loop-mounted) when it is not on one.
+    sandbox_root: Path = Path("/var/lib/codeexec")
+    sandbox_image_bytes: int = 0  # that image's size; 0: half the free space there, at most 64 GiB
+    # The host uid/gid a sandboxed program runs as: one no other process of the host uses
+    # (inside the sandbox it is nobody, 65534).
+    sandbox_uid: int = 61000
+    sandbox_gid: int = 61000
     # agentcore backend (the region comes from AWS_REGION, as for any AWS client).
     agentcore_code_interpreter_id: str = "aws.codeinterpreter.v1"
     agentcore_endpoint_url: str | None = None  # another endpoint, such as a local fake

@@ -31,6 +31,7 @@ def make_sandboxes(settings: Settings) -> Sandboxes:
                 sandbox_uid=settings.sandbox_uid,
                 sandbox_gid=settings.sandbox_gid,
                 use_cgroups=settings.sandbox_cgroups,
+                image_bytes=settings.sandbox_image_bytes,
             )
         )
     if settings.sandbox_backend == "agentcore":
