@@ -40,6 +40,17 @@ def files_listed(shown: int, total: int) -> str:
     return f"Listed {shown} of {total} files; all of them are in the session's file list."
 
 
+# Beyond this many notes on inputs, one more line counts the rest: a reply stays small
+# whatever the request named.
+MAX_INPUT_NOTES = 20
+
+
+def capped(notes: list[str]) -> list[str]:
+    if len(notes) <= MAX_INPUT_NOTES:
+        return notes
+    return [*notes[:MAX_INPUT_NOTES], f"...and {len(notes) - MAX_INPUT_NOTES} more input files could not be placed."]
+
+
 def around(stderr: str, before: Iterable[str], after: Iterable[str]) -> str:
     """The program's stderr between the service's notes: what happened to the inputs
     first, the limits the run hit last, each on a line of its own."""

@@ -56,6 +56,15 @@ class Settings(BaseSettings):
     # What LibreChat sends at most (its axios maxBodyLength); the SAM template sets 4 MiB,
     # the most that passes API Gateway and Lambda.
     max_upload_bytes: int = 157_286_400
+    # Any other request body (an exec, a continuation): JSON that large is an attack, not code.
+    max_request_bytes: int = 10_485_760
+    # Runs at once in this process; more are refused at once (429). 0: from the cores and
+    # the memory (each run may hold RUN_MEMORY_BYTES).
+    max_concurrent_runs: int = 0
+    max_concurrent_uploads: int = 16  # uploads at once (one may wait for a run in its session)
+    # A run taking longer than this is answered 200 at once, with a space every so often
+    # ahead of the JSON, so that a proxy's idle timeout does not cut the connection.
+    exec_keepalive_seconds: float = 15.0
     # Files listed in one exec reply; the rest stay in the session and in its listing.
     max_files_per_run: int = 100
     # local backend limits (README: "Isolation and limits").

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ... import ids
-from ...errors import Conflict, SessionNotFound
+from ...errors import BackendUnavailable, Conflict, SessionNotFound
 from ...languages import LANGUAGES
 from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
 from . import bwrap, cgroups, files
@@ -56,6 +56,8 @@ class LocalConfig:
     sandbox_gid: int = 61000
     use_cgroups: bool = True  # where the host offers them; else rlimits alone hold
     image_bytes: int = 0  # the btrfs image made where SANDBOX_ROOT has none (0: from free space)
+    # How long a call waits for a session another holds: beyond the longest run.
+    hold_wait_seconds: float = 75.0
 
 
 class LocalSandbox:
@@ -119,10 +121,26 @@ class LocalSandbox:
         # A lock of its own: `lock` is held shared by every call, for the reaper.
         fd = os.open(self._path / "run.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock_within(fd, self._backend.hold_wait_seconds)
             yield
         finally:
             os.close(fd)
+
+
+def _lock_within(fd: int, seconds: float) -> None:
+    """flock, but never waiting longer than `seconds`: a caller waiting for a session
+    holds a thread, and a session busy for longer is better answered "try again"."""
+    deadline = time.monotonic() + seconds
+    pause = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() + pause > deadline:
+                raise BackendUnavailable("the session is busy with another call; try again", retry_after=2) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
 
 class LocalSandboxes:
@@ -138,6 +156,7 @@ class LocalSandboxes:
         self.lease_ttl_seconds = config.lease_ttl_seconds
         self.limits = config.limits
         self.sandbox_user = (config.sandbox_uid, config.sandbox_gid)
+        self.hold_wait_seconds = config.hold_wait_seconds
         self.storage = Storage.prepare(
             config.root, config.limits.max_session_bytes, config.sandbox_gid, config.image_bytes
         )
