@@ -45,11 +45,12 @@ serve: install
 	$(BIN)/python -m codeexec.server
 
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
-# then one reaper pass over 10,000 leases.
+# one reaper pass over 10,000 leases, and the service under more than it takes on.
 .PHONY: bench
 bench: install
 	$(BIN)/python bench/bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/reaper_bench.py
+	$(BIN)/python bench/load_bench.py
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check handlers lib tests bench
