@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from codeexec.auth import Caller
 from codeexec.errors import SessionNotFound
+from codeexec.programmatic import Tokens
 from codeexec.reaper import reap
 from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.local import LocalSandboxes
@@ -40,7 +41,8 @@ def sandboxes(settings: Settings) -> LocalSandboxes:
 
 
 def sessions_over(sandboxes: LocalSandboxes) -> Sessions:
-    return Sessions(sandboxes, SessionLimits(run_timeout_seconds=20, max_files_per_run=100, max_upload_bytes=1 << 20))
+    limits = SessionLimits(run_timeout_seconds=20, max_files_per_run=100, max_upload_bytes=1 << 20)
+    return Sessions(sandboxes, limits, Tokens(lambda: None))
 
 
 def new_session(sandboxes: LocalSandboxes, owner: Owner = DEFAULT) -> str:

@@ -48,6 +48,24 @@ class Unauthorized(ServiceError):
     default_details = "missing or wrong credentials"
 
 
+class Forbidden(ServiceError):
+    status = 403
+    error = "Forbidden"
+    default_details = "that is another caller's"
+
+
+class ProfileMismatch(ServiceError):
+    """The client expects an execution profile this deployment cannot give (the G2 client
+    reads the code in `error` or `code` and tells the model not to retry here)."""
+
+    status = 409
+    error = "execution_profile_mismatch"
+    default_details = "this deployment's sandboxes keep no stateful workspace"
+
+    def body(self) -> dict[str, Any]:
+        return super().body() | {"code": self.error}
+
+
 class SessionNotFound(ServiceError):
     """The session does not exist, has ended, or is not the caller's.
 

@@ -26,15 +26,34 @@ another one.
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 from . import ids, notes, outputs
 from .auth import Caller
-from .errors import BadRequest, FileNotFound, SessionNotFound, TooLarge, UnsupportedLanguage
-from .sandbox.port import FileInfo, Lease, Program, Sandbox, Sandboxes
-from .wire import ExecReply, ExecRequest, FileRef
+from .errors import (
+    BadRequest,
+    Conflict,
+    FileNotFound,
+    ProfileMismatch,
+    SessionNotFound,
+    TooLarge,
+    UnsupportedLanguage,
+)  # fmt: skip
+from .programmatic import Tokens, Workflow, tools_from
+from .sandbox.port import FileInfo, Lease, Limit, Program, RunResult, Sandbox, Sandboxes
+from .wire import (
+    ExecReply,
+    ExecRequest,
+    FileRef,
+    OutputFile,
+    ProgrammaticReply,
+    ProgrammaticRequest,
+    RunRequest,
+    ToolCall,
+)
 
 # An input copied from another session is bounded by the session's own disk limit alone.
 _ANY_SIZE = 1 << 62
@@ -55,10 +74,33 @@ class UploadTerms:
     read_only: bool = False  # inputs a run may change in its own copy, never hand back
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where a call runs: its sandbox, and, in the stateful profile, whether the session
+    its hint names was made for it."""
+
+    sandbox: Sandbox
+    runtime_status: Literal["new", "reused"] | None = None  # for a hinted session
+
+    @property
+    def runtime_session_id(self) -> str | None:
+        return self.sandbox.id if self.runtime_status else None
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a run, or a programmatic workflow, changed and said, as a reply carries it."""
+
+    files: list[OutputFile]
+    stderr: str
+    deleted: list[str] | None
+
+
 class Sessions:
-    def __init__(self, sandboxes: Sandboxes, limits: SessionLimits) -> None:
+    def __init__(self, sandboxes: Sandboxes, limits: SessionLimits, tokens: Tokens) -> None:
         self.sandboxes = sandboxes
         self.limits = limits
+        self.tokens = tokens
 
     # -- reads --------------------------------------------------------------------------
 
@@ -108,29 +150,63 @@ class Sessions:
             raise
         return sandbox.id, paths
 
-    def execute(self, caller: Caller, request: ExecRequest) -> ExecReply:
+    def execute(
+        self, caller: Caller, request: ExecRequest, stateful: bool = False, run_key: str | None = None
+    ) -> ExecReply:
         """Lease the session, put the inputs in, run the program, report what it changed."""
-        program = self._program(request)
-        with self._lease_for_run(caller, request) as sandbox, sandbox.exclusive():
+        program = self._program(request, run_key)
+        with self._lease_for_run(caller, request, stateful) as where, where.sandbox.exclusive():
+            sandbox = where.sandbox
             missing, placed = self._copy_inputs(caller, sandbox, request.files)
             before = sandbox.list_files()
             result = sandbox.run(program)
             after = sandbox.list_files()
-        changes = outputs.Changes(before, after)
-        files = outputs.written(sandbox.id, changes, placed)
-        if request.lists_inherited:
-            files += outputs.inherited(placed, changes, sandbox.id)
-        limit_notes = [notes.limit_hit(hit) for hit in result.hits]
-        if len(files) > self.limits.max_files_per_run:
-            limit_notes.append(notes.files_listed(self.limits.max_files_per_run, len(files)))
-            files = files[: self.limits.max_files_per_run]
+        report = self._report(sandbox.id, outputs.Changes(before, after), placed, result, missing, request)
         return ExecReply(
             session_id=sandbox.id,
             stdout=result.stdout,
-            stderr=notes.around(result.stderr, notes.capped(missing), limit_notes),
-            files=files,
-            deleted_files=changes.deleted() or None,
+            stderr=report.stderr,
+            files=report.files,
+            deleted_files=report.deleted,
+            runtime_session_id=where.runtime_session_id,
+            runtime_status=where.runtime_status,
         )
+
+    def start_program(
+        self, caller: Caller, request: ProgrammaticRequest, stateful: bool = False, run_key: str | None = None
+    ) -> ProgrammaticReply:
+        """The first round of a programmatic run (programmatic.py): its session, inputs,
+        code and tools; then as many rounds as its calls take, each a request."""
+        lang = "bash" if request.bash else "py"
+        if "py" not in self.sandboxes.languages or lang not in self.sandboxes.languages:
+            raise UnsupportedLanguage(f"programs in {lang} cannot run on this backend")
+        if not request.code:
+            raise BadRequest("a first round needs the program's code (or a continuation_token)")
+        timeout = min((request.timeout or 1e9) / 1000, self.limits.run_timeout_seconds)
+        tools = tools_from(request.tools, lang)
+        with self._lease_for_run(caller, request, stateful) as where, where.sandbox.exclusive():
+            sandbox = where.sandbox
+            missing, placed = self._copy_inputs(caller, sandbox, request.files)
+            workflow = Workflow(ids.new_session_id(), lang, request.code, tools, timeout, sandbox.list_files())
+            return self._round(caller, sandbox, workflow, run_key, (missing, placed, request), where)
+
+    def continue_program(
+        self, caller: Caller, request: ProgrammaticRequest, run_key: str | None = None
+    ) -> ProgrammaticReply:
+        """The next round, with the client's answers to the last one's calls."""
+        workflow_id, session_id, round_ = self.tokens.verify(request.continuation_token or "", caller.owner.tag())
+        with self._open(session_id, _may_land(caller)) as sandbox, sandbox.exclusive():
+            workflow = _workflow(sandbox, workflow_id)
+            if workflow.done:
+                raise Conflict("that program has completed: its continuation token is spent")
+            if round_ != workflow.round:
+                raise Conflict("that continuation token was used already")
+            workflow.answer([r.model_dump() for r in request.tool_results or []])
+            return self._round(caller, sandbox, workflow, run_key, ([], [], request), None)
+
+    def cancel(self, caller: Caller, request_id: str) -> None:
+        """Stop the run a client's request runs (its X-LibreChat-Code-Request-ID)."""
+        self.sandboxes.cancel(run_key(caller, request_id))
 
     def end(self, session_id: str) -> None:
         """End a session now instead of leaving it to the reaper. Nothing on the API calls
@@ -138,13 +214,67 @@ class Sessions:
         but a one-shot caller such as a function invocation is over the moment it answers."""
         self.sandboxes.end(session_id)
 
+    # -- rounds and reports ----------------------------------------------------------------
+
+    def _round(
+        self,
+        caller: Caller,
+        sandbox: Sandbox,
+        workflow: Workflow,
+        run_key: str | None,
+        inputs: tuple[list[str], list[outputs.Placed], RunRequest],
+        where: Where | None,
+    ) -> ProgrammaticReply:
+        result = sandbox.run(workflow.program(run_key))
+        stdout = workflow.asked(result)
+        where = where or Where(sandbox)
+        if stdout is not None and result.exit_code == 0:
+            _save(sandbox, workflow)
+            token = self.tokens.issue(workflow, sandbox.id, caller.owner.tag())
+            calls = [ToolCall(**call) for call in workflow.pending]
+            return ProgrammaticReply(
+                status="tool_call_required", session_id=sandbox.id, tool_calls=calls, continuation_token=token,
+                runtime_session_id=where.runtime_session_id, runtime_status=where.runtime_status,
+            )  # fmt: skip
+        workflow.done = True
+        _save(sandbox, Workflow(workflow.id, workflow.lang, "", [], 0, [], round=workflow.round, done=True))
+        missing, placed, request = inputs
+        changes = outputs.Changes(workflow.before, sandbox.list_files())
+        report = self._report(sandbox.id, changes, placed, result, missing, request)
+        failed = _failure(result)
+        return ProgrammaticReply(
+            status="error" if failed else "completed", error=failed, session_id=sandbox.id, stdout=result.stdout,
+            stderr=report.stderr, files=report.files, deleted_files=report.deleted,
+            runtime_session_id=where.runtime_session_id, runtime_status=where.runtime_status,
+        )  # fmt: skip
+
+    def _report(
+        self,
+        session_id: str,
+        changes: outputs.Changes,
+        placed: list[outputs.Placed],
+        result: RunResult,
+        missing: list[str],
+        request: RunRequest,
+    ) -> Report:
+        files = outputs.written(session_id, changes, placed)
+        if request.lists_inherited:
+            files += outputs.inherited(placed, changes, session_id)
+        limit_notes = [notes.limit_hit(hit) for hit in result.hits]
+        if len(files) > self.limits.max_files_per_run:
+            limit_notes.append(notes.files_listed(self.limits.max_files_per_run, len(files)))
+            files = files[: self.limits.max_files_per_run]
+        stderr = notes.around(result.stderr, notes.capped(missing), limit_notes)
+        return Report(files, stderr, changes.deleted() or None)
+
     # -- how a call finds its session ----------------------------------------------------
 
-    def _program(self, request: ExecRequest) -> Program:
+    def _program(self, request: ExecRequest, run_key: str | None) -> Program:
         if request.lang not in self.sandboxes.languages:
             available = ", ".join(sorted(self.sandboxes.languages))
             raise UnsupportedLanguage(f"lang '{request.lang}' is not available here; available: {available}")
-        return Program(request.lang, request.code, tuple(request.args), self.limits.run_timeout_seconds)
+        timeout = self.limits.run_timeout_seconds
+        return Program(request.lang, request.code, tuple(request.args), timeout, run_key)
 
     def _open(self, session_id: str, admit: Callable[[Lease], bool]) -> contextlib.AbstractContextManager[Sandbox]:
         return self.sandboxes.open(session_id, admit)
@@ -157,15 +287,31 @@ class Sessions:
         return self.sandboxes.create(caller.owner.tag(), shared=terms.shared, read_only=terms.read_only)
 
     @contextlib.contextmanager
-    def _lease_for_run(self, caller: Caller, request: ExecRequest) -> Iterator[Sandbox]:
-        """The session the run asks for, else the one its files live in (G1 LibreChat sends
-        no top-level session_id), when it is the caller's own and not shared; else a new
-        one. Refs to an agent's or a skill's files are never candidates: those sessions
-        are shared."""
-        own = (ref.home_session for ref in request.files if ref.kind in (None, "user"))
-        candidates = [request.session_id, *own]
+    def _lease_for_run(self, caller: Caller, request: RunRequest, stateful: bool) -> Iterator[Where]:
+        """The stateful profile's session for the conversation its hint names; else the
+        session the run asks for, else the one its files live in (G1 LibreChat sends no
+        top-level session_id), when it is the caller's own and not shared; else a new one.
+        Refs to an agent's or a skill's files are never candidates: those are shared."""
+        if stateful and not self.sandboxes.named_sessions:
+            raise ProfileMismatch("this deployment's backend cannot keep a stateful workspace")
         with contextlib.ExitStack() as stack:
-            yield self._enter_first(stack, caller, candidates)
+            if request.runtime_session_hint and self.sandboxes.named_sessions:
+                yield self._hinted(stack, caller, request.runtime_session_hint)
+                return
+            own = (ref.home_session for ref in request.files if ref.kind in (None, "user"))
+            yield Where(self._enter_first(stack, caller, [request.session_id, *own]))
+
+    def _hinted(self, stack: contextlib.ExitStack, caller: Caller, hint: str) -> Where:
+        """One session per organization, user and hint, its id derived from the three: no
+        table, and another user's same hint derives another session."""
+        owner = caller.owner.tag()
+        session_id = ids.derived_id("hint", owner.org, owner.user, hint)
+        for _ in range(2):  # a first call of the conversation may race another
+            with contextlib.suppress(SessionNotFound):
+                return Where(stack.enter_context(self._open(session_id, _may_land(caller))), "reused")
+            with contextlib.suppress(Conflict):
+                return Where(stack.enter_context(self.sandboxes.create(owner, session_id=session_id)), "new")
+        raise Conflict("the conversation's session is busy being made; try again")
 
     def _enter_first(self, stack: contextlib.ExitStack, caller: Caller, candidates: list[str | None]) -> Sandbox:
         for session_id in dict.fromkeys(c for c in candidates if c):
@@ -250,3 +396,36 @@ def _acts_for(caller: Caller, lease: Lease) -> bool:
 def _may_land(caller: Caller) -> Callable[[Lease], bool]:
     owner = caller.owner.tag()
     return lambda lease: lease.owner == owner and not lease.shared
+
+
+def run_key(caller: Caller, request_id: str) -> str:
+    """The handle a client's request id gives its run: bound to the caller, so a cancel
+    can reach no one else's."""
+    owner = caller.owner.tag()
+    return ids.derived_id("run", owner.org, owner.user, request_id)
+
+
+def _failure(result: RunResult) -> str | None:
+    """A failed round, in the words the G2 client passes on to the model."""
+    if any(hit.limit is Limit.TIME for hit in result.hits):
+        return "Time limit exceeded"
+    if any(hit.limit is Limit.CANCELLED for hit in result.hits):
+        return "Execution was cancelled"
+    if result.exit_code != 0:
+        return f"Sandbox exited with code {result.exit_code if result.exit_code is not None else 'unknown'}"
+    return None
+
+
+def _workflow(sandbox: Sandbox, workflow_id: str) -> Workflow:
+    if not ids.is_file_id(workflow_id):
+        raise BadRequest("the continuation token names no program")
+    try:
+        reader, _ = sandbox.open_file(f"{ids.RESERVED_DIR}/programs/{workflow_id}.json")
+    except FileNotFound:
+        raise Conflict("that program is not in its session (the session ended, or it never ran)") from None
+    with reader:
+        return Workflow.load(reader.read())
+
+
+def _save(sandbox: Sandbox, workflow: Workflow) -> None:
+    sandbox.write_file(workflow.path(), io.BytesIO(workflow.dump()), _ANY_SIZE)

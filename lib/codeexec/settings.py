@@ -20,6 +20,9 @@ class Settings(BaseSettings):
 
     # Auth. No key configured means every route but /health answers 401: fail closed.
     code_exec_api_key: SecretStr | None = None
+    # Signs programmatic continuation tokens; unset: derived from the service key, else
+    # one per process (tokens then continue only in the process that issued them).
+    code_exec_token_secret: SecretStr | None = None
     # The organization sessions belong to when the caller names no tenant.
     code_exec_org: str = "default"
     # Comma lists. `key`: X-API-Key (a bearer beside it names the tenant). `jwt`: a valid

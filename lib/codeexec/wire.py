@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
@@ -52,18 +52,30 @@ class FileRef(BaseModel):
         return self.session_id or self.storage_session_id
 
 
-class ExecRequest(BaseModel):
+class RunRequest(BaseModel):
+    """What every request that runs a program says of where it runs."""
+
     # Clients spread their own parameters into the body (LibreChat even puts its API key
     # there): unknown keys are ignored, and bodies are never logged.
     model_config = ConfigDict(extra="ignore")
 
-    lang: Text
-    code: Text
-    args: list[Text] = Field(default_factory=list)
     files: list[FileRef] = Field(default_factory=list, max_length=MAX_INPUT_FILES)
     session_id: Text | None = None
     user_id: Text | None = None
-    runtime_session_hint: Text | None = None
+    # The conversation, in the stateful profile: one session per organization, user and hint.
+    runtime_session_hint: Annotated[Text, Field(max_length=128)] | None = None
+
+    @property
+    def lists_inherited(self) -> bool:
+        """G2 clients (their file refs carry a `kind`) expect unchanged inputs echoed back
+        marked `inherited`, so they can tell them from outputs; G1 clients list no inputs."""
+        return any(ref.kind for ref in self.files)
+
+
+class ExecRequest(RunRequest):
+    lang: Text
+    code: Text
+    args: list[Text] = Field(default_factory=list)
 
     @field_validator("args", mode="before")
     @classmethod
@@ -80,12 +92,6 @@ class ExecRequest(BaseModel):
         if any(size >= MAX_ARG_BYTES for size in sizes) or sum(sizes) > MAX_ARGS_BYTES:
             raise ValueError(f"each argument must be under {MAX_ARG_BYTES} bytes, all under {MAX_ARGS_BYTES}")
         return args
-
-    @property
-    def lists_inherited(self) -> bool:
-        """G2 clients (their file refs carry a `kind`) expect unchanged inputs echoed back
-        marked `inherited`, so they can tell them from outputs; G1 clients list no inputs."""
-        return any(ref.kind for ref in self.files)
 
 
 class OutputFile(BaseModel):
@@ -108,6 +114,53 @@ class ExecReply(BaseModel):
     files: list[OutputFile]
     # The paths the run removed (G2 drops a file from its session only when named here).
     deleted_files: list[str] | None = None
+    # The stateful profile: the session a runtime_session_hint named, and whether it was new.
+    runtime_session_id: str | None = None
+    runtime_status: Literal["new", "reused"] | None = None
+
+
+class ToolResult(BaseModel):
+    call_id: Text
+    result: Any = None
+    is_error: bool = False
+    error_message: Text | None = None
+
+
+class ProgrammaticRequest(RunRequest):
+    """POST /v1/exec/programmatic: a first round (code and tools), or a continuation
+    (the token of the last round and the answers to its calls)."""
+
+    code: Text | None = None
+    tools: list[dict[str, Any]] = Field(default_factory=list, max_length=100)
+    lang: Text | None = None  # "bash" (run_tools_with_bash); Python otherwise
+    language: Text | None = None  # the reference server's spelling of lang
+    timeout: float | None = Field(default=None, gt=0)  # milliseconds, for one round
+    continuation_token: Text | None = None
+    tool_results: list[ToolResult] | None = Field(default=None, max_length=200)
+
+    @property
+    def bash(self) -> bool:
+        return (self.language or self.lang) == "bash"
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ProgrammaticReply(BaseModel):
+    status: Literal["tool_call_required", "completed", "error"]
+    session_id: str
+    tool_calls: list[ToolCall] | None = None
+    continuation_token: str | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+    files: list[OutputFile] | None = None
+    deleted_files: list[str] | None = None
+    error: str | None = None
+    runtime_session_id: str | None = None
+    runtime_status: Literal["new", "reused"] | None = None
 
 
 class UploadedFile(BaseModel):

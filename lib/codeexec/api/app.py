@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect
 
 from ..auth import make_authenticator
 from ..errors import BadRequest, ServiceError
+from ..programmatic import Tokens
 from ..sandbox import make_sandboxes
 from ..sandbox.port import Sandboxes
 from ..sessions import SessionLimits, Sessions
@@ -24,7 +25,7 @@ from ..settings import Settings, get_settings
 from .admission import Admission, default_runs
 from .dependencies import Service
 from .gate import Gate
-from .routers import execute, files, health
+from .routers import execute, files, health, programmatic
 
 log = logging.getLogger("codeexec")
 
@@ -43,12 +44,12 @@ def create_app(
         max_files_per_run=settings.max_files_per_run,
         max_upload_bytes=settings.max_upload_bytes,
     )
-    sessions = Sessions(sandboxes or make_sandboxes(settings), limits)
+    sessions = Sessions(sandboxes or make_sandboxes(settings), limits, Tokens(_token_secret(settings, api_key)))
     runs = settings.max_concurrent_runs or default_runs(settings.run_memory_bytes)
     admission = Admission(runs, settings.max_concurrent_uploads)
     app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None)
     app.state.service = Service(settings, sessions, make_authenticator(settings, api_key), admission)
-    for module in (health, execute, files):
+    for module in (health, execute, programmatic, files):
         app.include_router(module.router)
     app.add_middleware(Gate)
     app.add_exception_handler(ServiceError, _service_error)
@@ -57,6 +58,15 @@ def create_app(
     app.add_exception_handler(ClientDisconnect, _client_left)
     app.add_exception_handler(Exception, _internal_error)
     return app
+
+
+def _token_secret(settings: Settings, api_key: Callable[[], str | None]) -> Callable[[], bytes | None]:
+    def secret() -> bytes | None:
+        configured = settings.code_exec_token_secret
+        key = configured.get_secret_value() if configured else api_key()
+        return key.encode() if key else None
+
+    return secret
 
 
 def _answer(exc: ServiceError) -> JSONResponse:

@@ -1,0 +1,47 @@
+"""POST /v1/exec/programmatic and its cancel: a program that calls the client's tools,
+round by round (codeexec.programmatic)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict
+
+from ...wire import ProgrammaticRequest, Text
+from ..dependencies import CallerDep, ServiceDep
+from ..running import answer, cancel_key, stateful
+
+PROGRAMMATIC_PATH = "/v1/exec/programmatic"
+CANCEL_PATH = "/v1/exec/programmatic/cancel"
+WORKSPACE_HEADER = "x-librechat-code-workspace-id"
+
+router = APIRouter()
+
+
+class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    request_id: Text
+
+
+@router.post(PROGRAMMATIC_PATH)
+async def programmatic(body: ProgrammaticRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
+    caller = caller.named(body.user_id)
+    profile, key = stateful(request), cancel_key(request, caller)
+    if workspace := request.headers.get(WORKSPACE_HEADER):
+        # The bash tool's attached workspace: a session of its own per user, as a hint's.
+        body.runtime_session_hint, profile = f"workspace:{workspace}", True
+    sessions = service.sessions
+    if body.continuation_token:
+        run = service.admission.start_run(lambda: sessions.continue_program(caller, body, key))
+    else:
+        run = service.admission.start_run(lambda: sessions.start_program(caller, body, profile, key))
+    return await answer(run, service.settings.exec_keepalive_seconds)
+
+
+@router.post(CANCEL_PATH)
+async def cancel(body: CancelRequest, service: ServiceDep, caller: CallerDep) -> dict[str, Any]:
+    service.sessions.cancel(caller, body.request_id)
+    return {"request_id": body.request_id, "status": "cancelled"}
