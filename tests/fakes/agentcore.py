@@ -273,7 +273,8 @@ class FakeAgentCore:
             if language == "python":
                 source = Path(tmp) / "main.py"
                 source.write_text(arguments["code"])
-                return _piped(session, ["python3", str(source)])
+                # A kernel started in the working directory: its modules import.
+                return _piped(session, ["env", f"PYTHONPATH={session.workdir}", "python3", str(source)])
             # A Node program is CommonJS (require, no Deno); a Deno one an ES module with a Deno global.
             module = "cjs" if runtime == "nodejs" else "esm"
             program = Path(tmp) / f"main.{'c' if module == 'cjs' else 'm'}js"
