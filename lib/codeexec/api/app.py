@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 
 from ..auth import make_authenticator
 from ..errors import BadRequest, ServiceError
+from ..large_files import LargeFiles
 from ..sandbox import make_sandboxes
 from ..sandbox.port import Sandboxes
 from ..sessions import SessionLimits, Sessions
@@ -40,7 +41,10 @@ def create_app(
         max_files_per_run=settings.max_files_per_run,
         max_upload_bytes=settings.max_upload_bytes,
     )
-    sessions = Sessions(sandboxes or make_sandboxes(settings), limits)
+    large_files = None
+    if settings.large_files_bucket:
+        large_files = LargeFiles(settings.large_files_bucket, settings.large_files_from_bytes)
+    sessions = Sessions(sandboxes or make_sandboxes(settings), limits, large_files)
     app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None)
     app.state.service = Service(settings, sessions, make_authenticator(settings, api_key))
     for module in (health, execute, files):

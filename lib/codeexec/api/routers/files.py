@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import StreamingResponse
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.types import Message, Receive
 
@@ -51,12 +51,19 @@ async def upload_batch(request: Request, service: ServiceDep, caller: CallerDep)
 
 
 @router.get(DOWNLOAD_PATH)
-def download(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> StreamingResponse:
-    reader, info = service.sessions.open_file(caller, session_id, file_id)
-    name = info.path.rsplit("/", 1)[-1]
+def download(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> Response:
+    """The file's bytes; a large one (over what a Lambda response carries) as a redirect
+    to the large-files bucket, answering the same type and name from there."""
+    got = service.sessions.download(caller, session_id, file_id)
+    name = got.info.path.rsplit("/", 1)[-1]
     media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
-    headers = {"Content-Length": str(info.size), "Content-Disposition": _disposition(name)}
-    return StreamingResponse(_chunks(reader), media_type=media_type, headers=headers)
+    if got.reader is None:
+        assert got.key is not None and service.sessions.large_files is not None
+        url = service.sessions.large_files.get_url(got.key, media_type, _disposition(name))
+        # Not cached: the URL expires in minutes.
+        return RedirectResponse(url, status_code=302, headers={"Cache-Control": "no-store"})
+    headers = {"Content-Length": str(got.info.size), "Content-Disposition": _disposition(name)}
+    return StreamingResponse(_chunks(got.reader), media_type=media_type, headers=headers)
 
 
 @router.get(FILES_PATH)
@@ -97,11 +104,12 @@ async def _receive_upload(request: Request, service: Service, caller: Caller) ->
     inputs a run never hands back. G1 LibreChat names the user in `User-Id`."""
     limit = service.sessions.limits.max_upload_bytes
     body_limit = limit + _FRAMING_BYTES
+    too_large = _too_large(limit, service.settings.max_request_bytes)
     if int(request.headers.get("content-length") or 0) > body_limit:
-        raise TooLarge(f"the upload is larger than the {limit} byte limit")
+        raise too_large
     # A chunked body declares no length: count it as it arrives, so an endless one stops
     # at the limit instead of filling the parser's spool files.
-    form = await Request(request.scope, _capped(request.receive, body_limit, limit)).form()
+    form = await Request(request.scope, _capped(request.receive, body_limit, too_large)).form()
     parts = [p for p in form.getlist("file") + form.getlist("files") if isinstance(p, UploadFile)]
     if not parts:
         raise BadRequest("the form has no file part (named 'file' or 'files')")
@@ -114,7 +122,17 @@ async def _receive_upload(request: Request, service: Service, caller: Caller) ->
     return await run_in_threadpool(service.sessions.upload, caller, session_id, files, terms)
 
 
-def _capped(receive: Receive, body_limit: int, limit: int) -> Receive:
+def _too_large(limit: int, request_limit: int | None) -> TooLarge:
+    details = f"the upload is larger than the {limit} byte limit"
+    if request_limit:  # on AWS: what API Gateway and Lambda carry, whatever the settings
+        details += (
+            f"; a request to this deployment carries at most {request_limit} bytes (a file counts 4/3 of"
+            " its size there), so a file that large cannot be uploaded to it at all"
+        )
+    return TooLarge(details)
+
+
+def _capped(receive: Receive, body_limit: int, too_large: TooLarge) -> Receive:
     received = 0
 
     async def capped_receive() -> Message:
@@ -122,7 +140,7 @@ def _capped(receive: Receive, body_limit: int, limit: int) -> Receive:
         message = await receive()
         received += len(message.get("body", b""))
         if received > body_limit:
-            raise TooLarge(f"the upload is larger than the {limit} byte limit")
+            raise too_large
         return message
 
     return capped_receive
