@@ -45,9 +45,9 @@ serve: install
 	$(BIN)/python -m codeexec.server
 
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
-# then one reaper pass over 10,000 leases.
-# The bench also times init and first requests on the functions' python3.12 (pyenv's, else
-# one on the PATH) when there is one, in a venv of its own holding the layer's requirements.
+# one reaper pass over 10,000 leases, and the service under more than it takes on. It also
+# times init and first requests on the functions' python3.12 (pyenv's, else one on the
+# PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
 BENCH312 := .venv-bench312
 bench: install
@@ -57,6 +57,7 @@ bench: install
 	  $$py -m venv $(BENCH312) && $(BENCH312)/bin/pip install -q -r lib/requirements.txt -e lib; }
 	$(BIN)/python bench/bench.py $(BENCH_ARGS) $$([ -x $(BENCH312)/bin/python ] && echo --python $(BENCH312)/bin/python)
 	$(BIN)/python bench/reaper_bench.py
+	$(BIN)/python bench/load_bench.py
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check handlers lib tests bench

@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import secrets
-import shutil
 import socket
 import statistics
 import subprocess
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import httpx
 from pydantic import SecretStr
+from roots import sandbox_root
 
 from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.port import Owner, Program
@@ -44,17 +44,6 @@ Call = Callable[[], None]
 
 
 # --- the two sides ---------------------------------------------------------------------
-
-
-@contextmanager
-def sandbox_root() -> Iterator[Path]:
-    # Under /var/tmp, not a 0700 temp parent: bwrap runs as the sandbox uid and must reach it.
-    root = Path(tempfile.mkdtemp(prefix="codeexec-bench-", dir="/var/tmp"))
-    root.chmod(0o711)
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextmanager

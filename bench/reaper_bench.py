@@ -9,10 +9,9 @@ that ends every lease, per lease and in total.
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
-from pathlib import Path
+
+from roots import sandbox_root
 
 from codeexec.reaper import reap
 from codeexec.sandbox import make_sandboxes
@@ -24,8 +23,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--leases", type=int, default=10_000)
     count = parser.parse_args().leases
-    root = Path(tempfile.mkdtemp(prefix="codeexec-bench-", dir="/var/tmp"))
-    try:
+    with sandbox_root() as root:
         sandboxes = make_sandboxes(Settings(sandbox_root=root))
         owner = Owner("default").tag()
         started = time.perf_counter()
@@ -38,8 +36,6 @@ def main() -> None:
             report = reap(sandboxes, idle_timeout=3_600, clock=clock)
             took = time.perf_counter() - started
             print(f"reaper pass, {label:9}: {took:6.2f} s  {took / count * 1e6:7.1f} us/lease  {report.as_dict()}")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

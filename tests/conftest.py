@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import socket
 import tempfile
@@ -17,6 +19,8 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from codeexec.api.app import create_app
+from codeexec.sandbox.local import btrfs
+from codeexec.sandbox.local.storage import Storage
 from codeexec.settings import Settings
 
 from .fakes.agentcore import RunningFake
@@ -24,13 +28,26 @@ from .fakes.agentcore import RunningFake
 API_KEY = "test-key-0123456789"
 
 
+# One btrfs filesystem for every test's sandbox root (the local backend's storage needs
+# one: kernel quotas per session), made once and kept mounted for later runs.
+TEST_STORAGE = Path("/var/tmp/codeexec-tests")
+
+
+@pytest.fixture(scope="session")
+def sandbox_storage() -> Path:
+    Storage.prepare(TEST_STORAGE, session_bytes=1 << 30, sandbox_gid=Settings().sandbox_gid, image_bytes=16 << 30)
+    return TEST_STORAGE
+
+
 @pytest.fixture
-def sandbox_root() -> Iterator[Path]:
-    # Not pytest's tmp_path: its parents are mode 0700, and bwrap runs as the sandbox uid,
-    # which must be able to reach the session's directory.
-    root = Path(tempfile.mkdtemp(prefix="codeexec-test-", dir="/var/tmp"))
-    root.chmod(0o711)
+def sandbox_root(sandbox_storage: Path) -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="root-", dir=sandbox_storage))
     yield root
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for entry in root.iterdir():  # sessions are subvolumes: one call each, whatever is in them
+        with contextlib.suppress(OSError):
+            btrfs.destroy_subvolume(fd, entry.name)
+    os.close(fd)
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -59,7 +59,7 @@ def api(
         "CODE_EXEC_API_KEY": API_KEY,
         "LARGE_FILES_BUCKET": bucket,
         "MAX_UPLOAD_BYTES": "4194304",  # what template.yaml sets
-        "MAX_REQUEST_BYTES": "6291456",
+        "GATEWAY_REQUEST_BYTES": "6291456",
         "POWERTOOLS_METRICS_NAMESPACE": "codeexec-test",
     }
     if request.param == "agentcore":

@@ -110,7 +110,7 @@ def test_the_large_files_bucket_is_private_short_lived_and_reached_by_the_api_al
     assert variables["LARGE_FILES_BUCKET"] == {"Ref": "LargeFilesBucket"}
     # Every download from the threshold on is redirected; below it, a binary file's base64
     # still fits Lambda's 6 MB response.
-    assert Settings().large_files_from_bytes * 4 / 3 < int(variables["MAX_REQUEST_BYTES"]) == 6 * 1024 * 1024
+    assert Settings().large_files_from_bytes * 4 / 3 < int(variables["GATEWAY_REQUEST_BYTES"]) == 6 * 1024 * 1024
     assert URL_SECONDS <= 600
 
 

@@ -85,6 +85,17 @@ class TooLarge(ServiceError):
     default_details = "the request or the file is over its size limit"
 
 
+class RateLimited(ServiceError):
+    """Too many calls at once: refused at once, with the hint the G2 client reads."""
+
+    status = 429
+    error = "rate_limited"
+    default_details = "the service is at its limit of calls at once; try again shortly"
+
+    def __init__(self, details: str | None = None, *, retry_after: int = 1) -> None:
+        super().__init__(details, retry_after=retry_after)
+
+
 class Unavailable(ServiceError):
     """Something the service needs cannot serve now; the caller may retry."""
 

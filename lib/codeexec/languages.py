@@ -22,10 +22,13 @@ class Language:
 
     def source_name(self, code: str) -> str:
         for pattern in self.named_by:
-            if found := pattern.search(code):
+            # A name no filesystem takes keeps the default, and the compiler says why.
+            if (found := pattern.search(code)) and len(found[1]) <= _MAX_NAME:
                 return found[1] + PurePosixPath(self.source).suffix
         return self.source
 
+
+_MAX_NAME = 200  # characters of a source file's name, its suffix aside (filesystems take 255)
 
 # javac insists that a public class lives in a file of its name; without one, the first class.
 _JAVA_CLASS = (

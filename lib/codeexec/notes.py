@@ -16,8 +16,6 @@ _SAID = {
     "memory": "Killed: the run exceeded its memory limit of {amount} bytes.",
     "processes": "The run reached its limit of {amount} processes and threads; no more started.",
     "file size": "A file reached the {amount} byte file size limit; writing past it failed.",
-    "session disk": "Stopped: the session's files exceeded their {amount} byte limit.",
-    "session disk over": "The session's files exceed their {amount} byte limit.",
     "output": "Output truncated: {stream} exceeded {amount} bytes; the rest was dropped.",
 }
 
@@ -27,8 +25,6 @@ def limit_hit(hit: LimitHit) -> str:
     kind = hit.limit.value
     if hit.limit is Limit.TIME and hit.still_running:
         kind = "time waited"
-    elif hit.limit is Limit.SESSION_DISK and not hit.stopped:
-        kind = "session disk over"
     return _SAID[kind].format(amount=amount, stream=hit.stream)
 
 
@@ -42,6 +38,17 @@ def not_copied(name: str, reason: str) -> str:
 
 def files_listed(shown: int, total: int) -> str:
     return f"Listed {shown} of {total} files; all of them are in the session's file list."
+
+
+# Beyond this many notes on inputs, one more line counts the rest: a reply stays small
+# whatever the request named.
+MAX_INPUT_NOTES = 20
+
+
+def capped(notes: list[str]) -> list[str]:
+    if len(notes) <= MAX_INPUT_NOTES:
+        return notes
+    return [*notes[:MAX_INPUT_NOTES], f"...and {len(notes) - MAX_INPUT_NOTES} more input files could not be placed."]
 
 
 def around(stderr: str, before: Iterable[str], after: Iterable[str]) -> str:

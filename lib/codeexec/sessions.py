@@ -157,7 +157,7 @@ class Sessions:
         return ExecReply(
             session_id=sandbox.id,
             stdout=result.stdout,
-            stderr=notes.around(result.stderr, missing, limit_notes),
+            stderr=notes.around(result.stderr, notes.capped(missing), limit_notes),
             files=files,
             deleted_files=changes.deleted() or None,
         )
@@ -217,9 +217,9 @@ class Sessions:
             name = ref.name or ref.id
             try:
                 placed.append(self._copy_one(caller, sandbox, ref))
-            except (SessionNotFound, FileNotFound, BadRequest):
+            except (SessionNotFound, FileNotFound):
                 missing.append(notes.not_available(name))
-            except TooLarge as exc:
+            except (BadRequest, TooLarge) as exc:
                 missing.append(notes.not_copied(name, exc.details))
         return missing, placed
 

@@ -34,10 +34,14 @@ class Settings(BaseSettings):
 
     sandbox_backend: Literal["local", "agentcore"] = "local"
     # local backend: one directory per session under here.
-    sandbox_root: Path = Path("/var/tmp/codeexec")
-    # The host uid/gid a sandboxed program runs as when the service runs as root.
-    sandbox_uid: int = 65534
-    sandbox_gid: int = 65534
+    # local backend: one btrfs subvolume per session under here; made a btrfs filesystem
+    # of its own (an image beside it, loop-mounted) when it is not on one.
+    sandbox_root: Path = Path("/var/lib/codeexec")
+    sandbox_image_bytes: int = 0  # that image's size; 0: half the free space there, at most 64 GiB
+    # The host uid/gid a sandboxed program runs as: one no other process of the host uses
+    # (inside the sandbox it is nobody, 65534).
+    sandbox_uid: int = 61000
+    sandbox_gid: int = 61000
     # agentcore backend (the region comes from AWS_REGION, as for any AWS client).
     agentcore_code_interpreter_id: str = "aws.codeinterpreter.v1"
     agentcore_endpoint_url: str | None = None  # another endpoint, such as a local fake
@@ -52,6 +56,15 @@ class Settings(BaseSettings):
     # What LibreChat sends at most (its axios maxBodyLength); the SAM template sets 4 MiB,
     # the most that passes API Gateway and Lambda.
     max_upload_bytes: int = 157_286_400
+    # Any other request body (an exec, a continuation): JSON that large is an attack, not code.
+    max_request_bytes: int = 10_485_760
+    # Runs at once in this process; more are refused at once (429). 0: from the cores and
+    # the memory (each run may hold RUN_MEMORY_BYTES).
+    max_concurrent_runs: int = 0
+    max_concurrent_uploads: int = 16  # uploads at once (one may wait for a run in its session)
+    # A run taking longer than this is answered 200 at once, with a space every so often
+    # ahead of the JSON, so that a proxy's idle timeout does not cut the connection.
+    exec_keepalive_seconds: float = 15.0
     # Files listed in one exec reply; the rest stay in the session and in its listing.
     max_files_per_run: int = 100
     # A private S3 bucket through which downloads of large files go (README "Large files"):
@@ -63,7 +76,7 @@ class Settings(BaseSettings):
     large_files_from_bytes: int = 4_500_000
     # The most a request can carry to this deployment, where something in front caps it
     # (the SAM template: API Gateway's and Lambda's 6 MB). Only said in an upload's 413.
-    max_request_bytes: int | None = None
+    gateway_request_bytes: int | None = None
     # local backend limits (README: "Isolation and limits").
     run_cpu_seconds: int = 30  # CPU time of each process of a run
     # A whole run's memory (a cgroup), or each process's address space where the host has

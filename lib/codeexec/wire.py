@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+# What one exec may ask for: Linux takes an argument of at most 128 KiB (MAX_ARG_STRLEN);
+# inputs past a thousand are not a program's, they are a flood.
+MAX_ARG_BYTES = 131_072
+MAX_ARGS_BYTES = 1 << 20
+MAX_INPUT_FILES = 1000
+
+
+def _utf8(value: str) -> str:
+    # JSON may carry a lone surrogate ("\ud800"), which no file, name or program takes.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
 
 # G2's resource kinds. An upload of kind `agent` or `skill` is shared by every user of the
 # organization (sessions.py); on a file ref the kind is echoed back for the client's books.
@@ -20,12 +38,12 @@ class FileRef(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    id: str
-    name: str | None = None
-    session_id: str | None = None
-    storage_session_id: str | None = None
+    id: Text
+    name: Text | None = None
+    session_id: Text | None = None
+    storage_session_id: Text | None = None
     # G2 (@librechat/agents 3.2+) also sends the resource that owns the file.
-    resource_id: str | None = None
+    resource_id: Text | None = None
     kind: Kind | None = None
     version: int | None = None
 
@@ -39,19 +57,29 @@ class ExecRequest(BaseModel):
     # there): unknown keys are ignored, and bodies are never logged.
     model_config = ConfigDict(extra="ignore")
 
-    lang: str
-    code: str
-    args: list[str] = Field(default_factory=list)
-    files: list[FileRef] = Field(default_factory=list)
-    session_id: str | None = None
-    user_id: str | None = None
-    runtime_session_hint: str | None = None
+    lang: Text
+    code: Text
+    args: list[Text] = Field(default_factory=list)
+    files: list[FileRef] = Field(default_factory=list, max_length=MAX_INPUT_FILES)
+    session_id: Text | None = None
+    user_id: Text | None = None
+    runtime_session_hint: Text | None = None
 
     @field_validator("args", mode="before")
     @classmethod
     def _one_string_is_one_arg(cls, value: object) -> object:
         # The hosted API's spec types args as a string; the clients send a list.
         return [value] if isinstance(value, str) else value
+
+    @field_validator("args")
+    @classmethod
+    def _arguments_a_program_can_take(cls, args: list[str]) -> list[str]:
+        sizes = [len(arg.encode()) for arg in args]
+        if any("\0" in arg for arg in args):
+            raise ValueError("an argument holds a NUL character, which no program's argv can carry")
+        if any(size >= MAX_ARG_BYTES for size in sizes) or sum(sizes) > MAX_ARGS_BYTES:
+            raise ValueError(f"each argument must be under {MAX_ARG_BYTES} bytes, all under {MAX_ARGS_BYTES}")
+        return args
 
     @property
     def lists_inherited(self) -> bool:

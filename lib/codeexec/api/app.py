@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from ..auth import make_authenticator
 from ..errors import BadRequest, ServiceError
@@ -21,7 +22,9 @@ from ..sandbox import make_sandboxes
 from ..sandbox.port import Sandboxes
 from ..sessions import SessionLimits, Sessions
 from ..settings import Settings, get_settings
+from .admission import Admission, default_runs
 from .dependencies import Service
+from .gate import Gate
 from .routers import execute, files, health
 
 log = logging.getLogger("codeexec")
@@ -45,13 +48,17 @@ def create_app(
     if settings.large_files_bucket:
         large_files = LargeFiles(settings.large_files_bucket, settings.large_files_from_bytes)
     sessions = Sessions(sandboxes or make_sandboxes(settings), limits, large_files)
+    runs = settings.max_concurrent_runs or default_runs(settings.run_memory_bytes)
+    admission = Admission(runs, settings.max_concurrent_uploads)
     app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None)
-    app.state.service = Service(settings, sessions, make_authenticator(settings, api_key))
+    app.state.service = Service(settings, sessions, make_authenticator(settings, api_key), admission)
     for module in (health, execute, files):
         app.include_router(module.router)
+    app.add_middleware(Gate)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_left)
     app.add_exception_handler(Exception, _internal_error)
     return app
 
@@ -74,6 +81,11 @@ def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
     detail = str(getattr(exc, "detail", "error"))
     return JSONResponse({"error": detail, "details": detail}, status_code=getattr(exc, "status_code", 500))
+
+
+def _client_left(request: Request, exc: Exception) -> Response:
+    # Nobody is there to read an answer (or the gate has answered 413 already).
+    return Response(status_code=400)
 
 
 def _internal_error(request: Request, exc: Exception) -> JSONResponse:

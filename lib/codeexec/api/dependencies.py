@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.concurrency import run_in_threadpool
 
 from ..auth import Authenticator, Caller
 from ..sessions import Sessions
 from ..settings import Settings
+from .admission import Admission
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Service:
     settings: Settings
     sessions: Sessions
     auth: Authenticator
+    admission: Admission
 
 
 # The dependencies are async because they do no I/O: FastAPI would run a sync one in the
@@ -31,10 +32,9 @@ async def _service(request: Request) -> Service:
     return request.app.state.service  # type: ignore[no-any-return]
 
 
-async def _caller(request: Request, service: Annotated[Service, Depends(_service)]) -> Caller:
-    if "authorization" in request.headers:  # verifying a token may fetch the key set
-        return await run_in_threadpool(service.auth.caller, request.headers)
-    return service.auth.caller(request.headers)
+async def _caller(request: Request) -> Caller:
+    # Authenticated by the gate (gate.py), before the body was read.
+    return request.state.caller  # type: ignore[no-any-return]
 
 
 ServiceDep = Annotated[Service, Depends(_service)]

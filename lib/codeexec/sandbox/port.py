@@ -93,7 +93,6 @@ class Limit(Enum):
     MEMORY = "memory"
     PROCESSES = "processes"
     FILE_SIZE = "file size"
-    SESSION_DISK = "session disk"
     OUTPUT = "output"
 
 

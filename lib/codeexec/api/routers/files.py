@@ -14,11 +14,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.datastructures import UploadFile
-from starlette.types import Message, Receive
 
 from ... import ids
 from ...auth import Caller
-from ...errors import BadRequest, TooLarge
+from ...errors import BadRequest
 from ...sandbox.port import FileInfo
 from ...sessions import UploadTerms
 from ...wire import BatchUploadedFile, BatchUploadReply, UploadedFile, UploadReply
@@ -30,8 +29,6 @@ DOWNLOAD_PATH = "/v1/download/{session_id}/{file_id:path}"
 FILES_PATH = "/v1/files/{session_id}"
 FILE_PATH = "/v1/files/{session_id}/{file_id:path}"
 OBJECT_PATH = "/v1/sessions/{session_id}/objects/{file_id:path}"
-# Room for the multipart framing around the file.
-_FRAMING_BYTES = 65_536
 
 router = APIRouter()
 
@@ -102,14 +99,8 @@ async def _receive_upload(request: Request, service: Service, caller: Caller) ->
     `agent` or `skill` (G2), made for an agent (G1's `entity_id`) or read-only (a skill's
     bundle, in either generation) are shared by the organization, and read-only ones are
     inputs a run never hands back. G1 LibreChat names the user in `User-Id`."""
-    limit = service.sessions.limits.max_upload_bytes
-    body_limit = limit + _FRAMING_BYTES
-    too_large = _too_large(limit, service.settings.max_request_bytes)
-    if int(request.headers.get("content-length") or 0) > body_limit:
-        raise too_large
-    # A chunked body declares no length: count it as it arrives, so an endless one stops
-    # at the limit instead of filling the parser's spool files.
-    form = await Request(request.scope, _capped(request.receive, body_limit, too_large)).form()
+    # The gate has authenticated the caller and bounds the body (gate.py).
+    form = await request.form()
     parts = [p for p in form.getlist("file") + form.getlist("files") if isinstance(p, UploadFile)]
     if not parts:
         raise BadRequest("the form has no file part (named 'file' or 'files')")
@@ -119,31 +110,8 @@ async def _receive_upload(request: Request, service: Service, caller: Caller) ->
     terms = UploadTerms(shared=shared, read_only=read_only)
     files = [(part.filename, part.file) for part in parts]
     caller = caller.named(request.headers.get("user-id"))
-    return await run_in_threadpool(service.sessions.upload, caller, session_id, files, terms)
-
-
-def _too_large(limit: int, request_limit: int | None) -> TooLarge:
-    details = f"the upload is larger than the {limit} byte limit"
-    if request_limit:  # on AWS: what API Gateway and Lambda carry, whatever the settings
-        details += (
-            f"; a request to this deployment carries at most {request_limit} bytes (a file counts 4/3 of"
-            " its size there), so a file that large cannot be uploaded to it at all"
-        )
-    return TooLarge(details)
-
-
-def _capped(receive: Receive, body_limit: int, too_large: TooLarge) -> Receive:
-    received = 0
-
-    async def capped_receive() -> Message:
-        nonlocal received
-        message = await receive()
-        received += len(message.get("body", b""))
-        if received > body_limit:
-            raise too_large
-        return message
-
-    return capped_receive
+    with service.admission.upload():
+        return await run_in_threadpool(service.sessions.upload, caller, session_id, files, terms)
 
 
 def _chunks(reader: BinaryIO) -> Iterator[bytes]:

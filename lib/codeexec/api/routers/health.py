@@ -16,12 +16,15 @@ V1_HEALTH_PATH = "/v1/health"
 router = APIRouter()
 
 
+# async: it reads state and waits on nothing, so it needs no thread, and a pool full of
+# long calls cannot delay it.
 @router.get(HEALTH_PATH)
 @router.get(V1_HEALTH_PATH)
-def health(service: ServiceDep) -> dict[str, Any]:
+async def health(service: ServiceDep) -> dict[str, Any]:
     return {
         "status": "ok",
         "auth": service.auth.status(),
         "backend": service.settings.sandbox_backend,
         "languages": sorted(service.sessions.sandboxes.languages),
+        "runs_at_once": service.admission.runs,
     }

@@ -9,10 +9,14 @@ seccomp filter (seccomp.py). When the service runs as root, bwrap itself is star
 an unprivileged host uid (by util-linux `setpriv`), so even a file the sandbox can see
 is checked against that uid, never root's.
 
-Limits: rlimits (limits.py), cgroups for memory and processes (cgroups.py), and, kept
-here, the wall clock, the output, and the session's disk, which the service measures
-while the program runs. Everything a run starts dies with it: its PID namespace ends
-when its first process does.
+Limits: rlimits (limits.py), cgroups for memory and processes (cgroups.py), the kernel's
+quota on the session's subvolume (storage.py), and, kept here, the wall clock and the
+output. Everything a run starts dies with it: its PID namespace ends when its first
+process does.
+
+What a program can learn of its own sandbox is no more than it needs: bwrap takes its
+options through a descriptor (`--args`), so the sandbox's pid 1 shows `bwrap --args N --`
+and the program's own command line, never the host paths and settings it was started with.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..port import Limit, LimitHit, RunResult
-from . import cgroups, disk, seccomp
+from . import cgroups, seccomp
 from .limits import Limits
-from .toolchains import CODE_DIR
+from .toolchains import CODE_DIR, PYTHON_SITE
 
 ARTIFACT_DIR = "/mnt/data"
+NOBODY = 65534
 SETPRIV = "/usr/bin/setpriv"
 
 # What the runtimes need from /etc, and nothing else of the host's configuration.
@@ -48,9 +53,10 @@ _ENV = {
     "TMPDIR": "/tmp",
     "LANG": "C.UTF-8",
     "MPLBACKEND": "Agg",  # matplotlib without a display: figures are saved, never shown
-    # The script sits in /code, so Python would not look in the working directory for the
-    # session's own modules (a helper.py written by an earlier run) without this.
-    "PYTHONPATH": "/mnt/data",
+    # The service's sitecustomize (toolchains.PYTHON_SITE) puts /mnt/data LAST on the path,
+    # so a session's own modules import (a helper.py an earlier run wrote), and a
+    # json.py or sitecustomize.py among its files shadows nothing.
+    "PYTHONPATH": f"{CODE_DIR}/.site",
     "GOCACHE": "/tmp/go-cache",  # go build needs a writable cache, and /tmp is the place
     "GOPATH": "/tmp/go",
     # Unbuffered, a Python program stopped at its time limit still shows what it printed.
@@ -63,8 +69,7 @@ _ENV = {
 # The sandbox's two writable RAM disks share one size (the memory limit): without a
 # memory cgroup nothing else would bound them, with one their pages count against it.
 _RAM_DISKS = (("/tmp", "0755"), ("/dev/shm", "1777"))
-# The session's disk use is measured while a program runs: often, since a program can
-# write a GB a second, yet at most a tenth of the time, since a measurement walks every file.
+# How often a run looks whether it was cancelled: a stat of a marker.
 _WATCH_SECONDS = 0.02
 
 
@@ -77,11 +82,13 @@ class _Control:
     block: int  # ...then waits for a byte here before it starts the program
 
 
-def bwrap_argv(data_dir: str, program_fds: Mapping[str, int], control: _Control, ram_disk_bytes: int) -> list[str]:
+def bwrap_args(data_dir: str, program_fds: Mapping[str, int], control: _Control, ram_disk_bytes: int) -> list[str]:
+    """bwrap's options, without the program's command line."""
     argv = [
-        shutil.which("bwrap") or "bwrap",
         # --disable-userns needs --unshare-user named, even where bwrap would pick it itself.
         "--unshare-all", "--unshare-user", "--disable-userns", "--hostname", "sandbox",
+        # The host's sandbox uid is nobody inside, a user /etc/passwd knows.
+        "--uid", str(NOBODY), "--gid", str(NOBODY),
         "--die-with-parent", "--new-session",
         "--ro-bind", "/usr", "/usr",
         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
@@ -115,17 +122,14 @@ def run(
     cancelled: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Run argv in a fresh sandbox over data_dir; `program` maps file names to the
-    contents placed read-only in /code. `cancelled` is asked as often as the disk is
-    measured; once it says yes, the run is stopped."""
-    # A run may not grow the session's files past the limit. One that starts above it
-    # (an earlier run overshot between two measurements) may still run, and clean up.
-    disk_cap = max(limits.max_session_bytes, disk.usage(data_dir).total)
+    contents placed read-only in /code. `cancelled` is asked every 20 ms; once it says
+    yes, the run is stopped."""
+    files = {**program, ".site/sitecustomize.py": PYTHON_SITE}
     with cgroups.run_cgroup(cgroup_parents, limits.memory_bytes, limits.max_processes) as cgroup:
         command = [*limits.prlimit_argv(cgroup.controllers), *argv]
-        with _sandbox(data_dir, command, program, limits, as_user, cgroup) as sandbox:
-            over_disk = lambda: disk.usage(data_dir).total > disk_cap  # noqa: E731
-            output = _collect(sandbox, timeout, limits, over_disk, cancelled or (lambda: False))
-        hits = _hits(limits, output, cgroup, disk.usage(data_dir), disk_cap)
+        with _sandbox(data_dir, command, files, limits, as_user, cgroup) as sandbox:
+            output = _collect(sandbox, timeout, limits, cancelled or (lambda: False))
+        hits = _hits(limits, output, cgroup)
     return RunResult(
         stdout=output.stdout.decode("utf-8", "replace"),
         stderr=output.stderr.decode("utf-8", "replace"),
@@ -209,11 +213,13 @@ def _launch(
     seccomp_fd = _memfd("seccomp", seccomp.bpf())
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    passed = (*fds.values(), seccomp_fd, info_w, block_r)
+    options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits.memory_bytes)
+    args_fd = _memfd("args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
+    passed = (*fds.values(), seccomp_fd, info_w, block_r, args_fd)
     try:
-        bwrap = bwrap_argv(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits.memory_bytes)
+        bwrap = shutil.which("bwrap") or "bwrap"
         proc = subprocess.Popen(
-            [*_setpriv_argv(as_user), *bwrap, "--", *argv],
+            [*_setpriv_argv(as_user), bwrap, "--args", str(args_fd), "--", *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -247,13 +253,11 @@ class _Output:
     exit_code: int
 
 
-def _collect(
-    sandbox: _Sandbox, timeout: float, limits: Limits, over_disk: Callable[[], bool], cancelled: Callable[[], bool]
-) -> _Output:
+def _collect(sandbox: _Sandbox, timeout: float, limits: Limits, cancelled: Callable[[], bool]) -> _Output:
     """Read both pipes to the end and wait for bwrap, keeping at most max_output_bytes of
-    each pipe, and stop the run at the deadline or when the session's files outgrow their
-    limit. Output past the cap is read and dropped, so a program printing without end
-    costs the service no memory; one that closes its pipes is still waited for, not on."""
+    each pipe, and stop the run at the deadline or when it is cancelled. Output past the
+    cap is read and dropped, so a program printing without end costs the service no
+    memory; one that closes its pipes is still waited for, not on."""
     proc = sandbox.proc
     assert proc.stdout is not None and proc.stderr is not None
     kept = {"stdout": bytearray(), "stderr": bytearray()}
@@ -271,9 +275,7 @@ def _collect(
             elif now >= next_watch:
                 if cancelled():
                     stopped = LimitHit(Limit.CANCELLED, 0)
-                elif over_disk():
-                    stopped = LimitHit(Limit.SESSION_DISK, limits.max_session_bytes)
-                next_watch = time.monotonic() + max(_WATCH_SECONDS, 9 * (time.monotonic() - now))
+                next_watch = now + _WATCH_SECONDS
             if stopped:
                 sandbox.kill()
                 break
@@ -302,22 +304,19 @@ def _read(
         buf += chunk[: max(room, 0)]
 
 
-def _hits(
-    limits: Limits, output: _Output, cgroup: cgroups.RunCgroup, usage: disk.Usage, disk_cap: int
-) -> list[LimitHit]:
-    """Each limit the run hit."""
+def _hits(limits: Limits, output: _Output, cgroup: cgroups.RunCgroup) -> list[LimitHit]:
+    """Each limit the run hit. (A write past the session's disk limit fails in the program
+    itself, with "Disk quota exceeded".)"""
     hits = [output.stopped] if output.stopped else []
     # bwrap reports a program killed by a signal as 128 + the signal's number.
     if output.exit_code == 128 + signal.SIGXCPU:
         hits.append(LimitHit(Limit.CPU, limits.cpu_seconds))
+    if output.exit_code == 128 + signal.SIGXFSZ:  # Python ignores it: its write fails instead
+        hits.append(LimitHit(Limit.FILE_SIZE, limits.max_file_bytes, stopped=False))
     if cgroup.oom_killed():
         hits.append(LimitHit(Limit.MEMORY, limits.memory_bytes))
     if cgroup.hit_process_limit():
         hits.append(LimitHit(Limit.PROCESSES, limits.max_processes, stopped=False))
-    if usage.largest_file >= limits.max_file_bytes:
-        hits.append(LimitHit(Limit.FILE_SIZE, limits.max_file_bytes, stopped=False))
-    if usage.total > disk_cap and not output.stopped:
-        hits.append(LimitHit(Limit.SESSION_DISK, limits.max_session_bytes, stopped=False))
     for name in output.dropped:
         hits.append(LimitHit(Limit.OUTPUT, limits.max_output_bytes, stopped=False, stream=name))
     return hits

@@ -1,6 +1,7 @@
-"""The `local` backend: a sandbox is a directory on this host, code runs under bubblewrap.
+"""The `local` backend: a sandbox is a btrfs subvolume on this host (storage.py), code
+runs under bubblewrap (bwrap.py).
 
-    SANDBOX_ROOT/<session_id>/
+    SANDBOX_ROOT/<session_id>/       a subvolume, limited to the session's disk limit
         lease.json   owner, shared, read-only, leased at, TTL (written once, private to the service)
         lock         flock: calls hold it shared, ending takes it exclusive
         run.lock     flock: the session's exclusive hold (sessions.py takes it for changes)
@@ -10,8 +11,8 @@
 The program sees only data/, so it can neither read nor change its own lease. "Last
 touched" is the mtime of lock, which every call that addresses the session updates.
 
-Ending a session is a rename to a tombstone name, then a removal: the rename is atomic,
-so a session is either whole and addressable or gone, never half there.
+Ending a session is a rename to a tombstone name, then the subvolume's destruction: the
+rename is atomic, so a session is either whole and addressable or gone, never half there.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shutil
 import time
@@ -28,12 +30,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ... import ids
-from ...errors import Conflict, SessionNotFound, TooLarge
+from ...errors import BackendUnavailable, Conflict, SessionNotFound
 from ...languages import LANGUAGES
 from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
-from . import bwrap, cgroups, disk, files
+from . import bwrap, cgroups, files
 from .limits import Limits
+from .storage import Storage, over_limit
 from .toolchains import TOOLCHAINS
+
+log = logging.getLogger("codeexec.local")
 
 _TOMBSTONE = ".ended-"
 _CANCELS = ".cancel"
@@ -46,10 +51,13 @@ class LocalConfig:
     root: Path  # one directory per session under it
     lease_ttl_seconds: int
     limits: Limits
-    # The host uid/gid programs run as when the service runs as root.
-    sandbox_uid: int = 65534
-    sandbox_gid: int = 65534
+    # The host uid/gid programs run as: one no other process of the host uses.
+    sandbox_uid: int = 61000
+    sandbox_gid: int = 61000
     use_cgroups: bool = True  # where the host offers them; else rlimits alone hold
+    image_bytes: int = 0  # the btrfs image made where SANDBOX_ROOT has none (0: from free space)
+    # How long a call waits for a session another holds: beyond the longest run.
+    hold_wait_seconds: float = 75.0
 
 
 class LocalSandbox:
@@ -61,19 +69,15 @@ class LocalSandbox:
         self._backend = backend
 
     def write_file(self, path: str, data: BinaryIO, limit: int) -> None:
-        # The session's disk limit holds for what comes in from outside as for what runs write.
-        quota = self._backend.limits.max_session_bytes
-        room = quota - disk.usage(self._data).total
-        by_quota = room < limit
+        # The session's disk limit (the kernel's quota) holds for what comes in from
+        # outside as for what runs write.
         try:
-            files.write_beneath(self._data, path, data, min(room, limit), self._backend.sandbox_user)
-        except TooLarge:
-            if not by_quota:
-                raise
-            raise TooLarge(f"the session's files would exceed their {quota} byte limit") from None
+            files.write_beneath(self._data, path, data, limit, self._backend.sandbox_user)
+        except OSError as exc:
+            raise over_limit(exc, self._backend.limits.max_session_bytes) from exc
 
     def open_file(self, path: str) -> tuple[BinaryIO, FileInfo]:
-        return files.open_beneath(self._data, path)
+        return files.open_beneath(self._data, path, self._backend.storage.snapshot)
 
     def stat(self, path: str) -> FileInfo:
         return files.stat_beneath(self._data, path)
@@ -90,6 +94,7 @@ class LocalSandbox:
         argv = toolchain.argv(program.lang, source, program.args)
         backend = self._backend
         cancel = backend.cancel_marker(program.run_key) if program.run_key else None
+        self._restore_data_dir()
         try:
             return bwrap.run(
                 self._data,
@@ -105,15 +110,37 @@ class LocalSandbox:
             if cancel:
                 cancel.unlink(missing_ok=True)
 
+    def _restore_data_dir(self) -> None:
+        """The artifact directory as the sandbox needs it: a run may have chmod-ed it 000
+        or 0777, and the next run, or another host user, would find it so."""
+        os.chown(self._data, *self._backend.sandbox_user, follow_symlinks=False)
+        os.chmod(self._data, 0o700, follow_symlinks=False)
+
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         # A lock of its own: `lock` is held shared by every call, for the reaper.
         fd = os.open(self._path / "run.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock_within(fd, self._backend.hold_wait_seconds)
             yield
         finally:
             os.close(fd)
+
+
+def _lock_within(fd: int, seconds: float) -> None:
+    """flock, but never waiting longer than `seconds`: a caller waiting for a session
+    holds a thread, and a session busy for longer is better answered "try again"."""
+    deadline = time.monotonic() + seconds
+    pause = 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() + pause > deadline:
+                raise BackendUnavailable("the session is busy with another call; try again", retry_after=2) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
 
 class LocalSandboxes:
@@ -128,11 +155,11 @@ class LocalSandboxes:
         self.root = config.root
         self.lease_ttl_seconds = config.lease_ttl_seconds
         self.limits = config.limits
-        # Root hands the program an unprivileged uid; anyone else runs it as themselves.
-        self.sandbox_user = (config.sandbox_uid, config.sandbox_gid) if os.geteuid() == 0 else None
-        self.root.mkdir(parents=True, exist_ok=True)
-        # Traversable (bwrap, as the sandbox uid, must reach data/) but not listable.
-        self.root.chmod(0o711)
+        self.sandbox_user = (config.sandbox_uid, config.sandbox_gid)
+        self.hold_wait_seconds = config.hold_wait_seconds
+        self.storage = Storage.prepare(
+            config.root, config.limits.max_session_bytes, config.sandbox_gid, config.image_bytes
+        )
         (self.root / _CANCELS).mkdir(mode=0o700, exist_ok=True)
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
@@ -146,15 +173,13 @@ class LocalSandboxes:
         if session_id is not None and not ids.is_session_id(session_id):
             raise ValueError("not a session id")
         session_id = session_id or ids.new_session_id()
-        path = self.root / session_id
         try:
-            path.mkdir(mode=0o711)
+            path = self.storage.create_session(session_id)
         except FileExistsError:
             raise Conflict("that session exists already") from None
         data = path / "data"
         data.mkdir(mode=0o700)
-        if self.sandbox_user:
-            os.chown(data, *self.sandbox_user)
+        os.chown(data, *self.sandbox_user)
         lease = {
             "owner": {"org": owner.org, "user": owner.user},
             "shared": shared,
@@ -219,7 +244,7 @@ class LocalSandboxes:
             lock = os.open(path / "lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return False
-        tomb = self.root / f"{_TOMBSTONE}{session_id}"
+        tomb = f"{_TOMBSTONE}{session_id}"
         try:
             try:
                 fcntl.flock(lock, lock_mode)
@@ -228,21 +253,28 @@ class LocalSandboxes:
             lease = self._lease_of(session_id, path)
             if lease is None or not still_due(lease):
                 return False
-            path.rename(tomb)
+            path.rename(self.root / tomb)
         finally:
             os.close(lock)
-        shutil.rmtree(tomb, ignore_errors=True)
+        self.storage.destroy_session(tomb)
         return True
 
     def leases(self) -> Iterator[Lease]:
         self._sweep_cancels()
         for entry in os.scandir(self.root):
             if entry.name.startswith(_TOMBSTONE):
-                shutil.rmtree(entry.path, ignore_errors=True)  # an ending that did not finish
+                self._finish_ending(entry.name)
             elif ids.is_session_id(entry.name):
                 lease = self._lease_of(entry.name, Path(entry.path))
                 if lease is not None:
                     yield lease
+
+    def _finish_ending(self, tomb: str) -> None:
+        """An ending that did not finish; one that fails again is logged, and the pass goes on."""
+        try:
+            self.storage.destroy_session(tomb)
+        except OSError:
+            log.exception("could not remove the ended session %s", tomb)
 
     def _sweep_cancels(self) -> None:
         old = time.time() - _CANCEL_KEPT_SECONDS

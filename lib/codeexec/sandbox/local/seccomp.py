@@ -3,7 +3,11 @@
 Everything is allowed except what a code interpreter never needs and an attacker wants:
 debugging other processes, mounting, the kernel's module and key stores, BPF, perf, and
 new namespaces (from inside, a new user namespace would hand back the capabilities the
-sandbox dropped). Denied calls fail with EPERM, so a program sees an ordinary error.
+sandbox dropped); io_uring (a second way into the kernel that a filter cannot see into);
+file leases (a lease would make the service's reader wait); and every socket family but
+local, IP and netlink, which the sandbox's network namespace confines (AF_VSOCK, for
+one, it does not: on a VM host it reaches the hypervisor side). Denied calls fail with
+an ordinary error, so a program sees one.
 libseccomp's filter also kills any call made through another architecture's entry
 point (32-bit `int 0x80`, x32), which would otherwise bypass a rule by its number.
 """
@@ -23,6 +27,12 @@ DENIED = (
     "bpf", "perf_event_open", "userfaultfd",
     "unshare", "setns",
 )  # fmt: skip
+
+IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
+# AF_UNIX, AF_INET, AF_INET6, AF_NETLINK; every other family up to AF_MAX (46) is refused.
+SOCKET_FAMILIES = frozenset({1, 2, 10, 16})
+_AF_MAX = 46
+_F_SETLEASE = 1024
 
 # clone's flags that make a namespace; clone without them (threads, fork) stays allowed.
 _CLONE_NEW = (
@@ -51,6 +61,14 @@ def bpf() -> bytes:
     # clone3 passes its flags in memory, out of a filter's sight. ENOSYS makes the C
     # library fall back to clone, whose flags the rules above do see.
     scf.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
+    for name in IO_URING:  # ENOSYS: libraries fall back to ordinary reads and writes
+        scf.add_rule(pyseccomp.ERRNO(errno.ENOSYS), name)
+    scf.add_rule(deny, "fcntl", pyseccomp.Arg(1, pyseccomp.EQ, _F_SETLEASE))
+    refused = pyseccomp.ERRNO(errno.EAFNOSUPPORT)
+    for call in ("socket", "socketpair"):
+        for family in set(range(_AF_MAX)) - SOCKET_FAMILIES:
+            scf.add_rule(refused, call, pyseccomp.Arg(0, pyseccomp.EQ, family))
+        scf.add_rule(refused, call, pyseccomp.Arg(0, pyseccomp.GE, _AF_MAX))
     fd = os.memfd_create("seccomp", os.MFD_CLOEXEC)
     try:
         with open(fd, "wb", closefd=False) as out:

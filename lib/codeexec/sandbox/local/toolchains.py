@@ -2,7 +2,10 @@
 
 A program's source is written to `/code/<source>` (outside the artifact directory, so it
 never shows up as an output file) and runs with `/mnt/data` as its working directory.
-Compilers write to the sandbox's private `/tmp`, so their artifacts never show up either.
+Compilers run in, and write to, the sandbox's private `/tmp`: their artifacts never show
+up, and no file of the session's (a `go.mod`, an `ldc2.conf`) changes how they compile.
+Nor does any start a runtime differently: Python puts /mnt/data last on its path (the
+sitecustomize below) and ignores user site files (-s); R reads no profile (--vanilla).
 """
 
 from __future__ import annotations
@@ -15,6 +18,12 @@ from pathlib import PurePosixPath
 
 CODE_DIR = "/code"
 PROG = "/tmp/prog"  # where a compiled program goes
+# Found first on PYTHONPATH (bwrap.py sets it), so neither Debian's nor a session's own
+# sitecustomize runs: it takes itself off the path and adds the session's directory at
+# the end, after the standard library and the installed packages.
+PYTHON_SITE = b"""import sys
+sys.path[:] = [p for p in sys.path if p != "/code/.site"] + ["/mnt/data"]
+"""
 
 
 @dataclass(frozen=True)
@@ -33,8 +42,9 @@ class Toolchain:
         if not self.compile:
             return [*run, *args]
         compile_ = [part.format_map(fill) for part in self.compile]
-        # One process: the shell compiles, then becomes the program, which gets the args as "$@".
-        script = f'{shlex.join(compile_)} && exec {shlex.join(run)} "$@"'
+        # One process: the shell compiles in /tmp, then becomes the program in /mnt/data,
+        # which gets the args as "$@".
+        script = f'cd /tmp && {shlex.join(compile_)} && cd /mnt/data && exec {shlex.join(run)} "$@"'
         return ["/bin/sh", "-c", script, lang, *args]
 
     def timeout(self, asked: float) -> float:
@@ -51,7 +61,7 @@ _JVM = ("-XX:+UseSerialGC", "-XX:CompressedClassSpaceSize=64m", "-XX:ReservedCod
 
 TOOLCHAINS: dict[str, Toolchain] = {
     # Debian's python3: a pyenv interpreter imports .pth hooks at start (35 ms vs 9 ms).
-    "py": Toolchain(("/usr/bin/python3", "{source}")),
+    "py": Toolchain(("/usr/bin/python3", "-s", "{source}")),
     "js": Toolchain(("/usr/bin/node", "{source}")),
     # esbuild strips the types (it does not check them) in milliseconds; tsc took 2 s.
     # The inline source map makes a stack trace name main.ts and its lines.
@@ -80,6 +90,6 @@ TOOLCHAINS: dict[str, Toolchain] = {
     ),
     # -J: module files go to /tmp, not the working directory.
     "f90": Toolchain((PROG,), ("/usr/bin/gfortran", "-O2", "-J", "/tmp", "-o", PROG, "{source}")),
-    "r": Toolchain(("/usr/bin/Rscript", "{source}")),
+    "r": Toolchain(("/usr/bin/Rscript", "--vanilla", "{source}")),
     "bash": Toolchain(("/bin/bash", "{source}")),
 }  # fmt: skip

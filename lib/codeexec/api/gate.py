@@ -1,0 +1,95 @@
+"""The gate every request passes before its body is read: who is calling, and how much it
+may send.
+
+FastAPI reads and parses a route's body before its dependencies run, so a check of the
+credentials in a dependency comes after an unauthenticated caller's 300 MB has been
+taken in. Here, as plain ASGI in front of the app, the caller is authenticated from the
+headers alone, a declared length over the route's limit is refused before a byte of the
+body, and a body without a declared length is counted as it arrives and cut at the limit.
+"""
+
+from __future__ import annotations
+
+from fastapi.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import ServiceError, TooLarge
+from .dependencies import Service
+
+# Paths anyone may call: they say whether the service answers and what it accepts.
+OPEN_PATHS = frozenset({"/health", "/v1/health"})
+UPLOAD_PREFIX = "/v1/upload"
+# Room for the multipart framing around an upload's file.
+FRAMING_BYTES = 65_536
+
+
+class Gate:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            return await self.app(scope, receive, send)
+        service: Service = scope["app"].state.service
+        headers = Headers(scope=scope)
+        try:
+            scope.setdefault("state", {})["caller"] = await _caller(service, headers)
+            limit = _body_limit(service, scope["path"])
+            if int(headers.get("content-length") or 0) > limit:
+                raise _too_large(service, scope["path"], limit)
+        except ServiceError as refused:
+            response = JSONResponse(refused.body(), status_code=refused.status, headers=refused.headers())
+            return await response(scope, receive, send)
+        await _bounded(self.app, scope, receive, send, limit)
+
+
+async def _caller(service: Service, headers: Headers) -> object:
+    if "authorization" in headers:  # verifying a token may fetch the key set
+        return await run_in_threadpool(service.auth.caller, headers)
+    return service.auth.caller(headers)
+
+
+def _too_large(service: Service, path: str, limit: int) -> TooLarge:
+    details = f"the request is larger than its {limit} byte limit"
+    gateway = service.settings.gateway_request_bytes
+    if gateway and path.startswith(UPLOAD_PREFIX):  # on AWS: what API Gateway and Lambda carry
+        details += (
+            f"; a request to this deployment carries at most {gateway} bytes (a file counts 4/3 of"
+            " its size there), so a file that large cannot be uploaded to it at all"
+        )
+    return TooLarge(details)
+
+
+def _body_limit(service: Service, path: str) -> int:
+    if path.startswith(UPLOAD_PREFIX):
+        return service.sessions.limits.max_upload_bytes + FRAMING_BYTES
+    return service.settings.max_request_bytes
+
+
+async def _bounded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    """Run the app on a body counted as it arrives. Past the limit the gate answers 413
+    itself and tells the app the client left: an app that meets an error while it reads a
+    body (FastAPI) would otherwise answer it with its own 400."""
+    received = 0
+    cut = False
+
+    async def counted_receive() -> Message:
+        nonlocal received, cut
+        if cut:
+            return {"type": "http.disconnect"}
+        message = await receive()
+        received += len(message.get("body", b""))
+        if received > limit:
+            cut = True
+            refused = _too_large(scope["app"].state.service, scope["path"], limit)
+            await JSONResponse(refused.body(), status_code=refused.status)(scope, receive, send)
+            return {"type": "http.disconnect"}
+        return message
+
+    async def guarded_send(message: Message) -> None:
+        if not cut:  # once the 413 is out, the app's own answer comes too late
+            await send(message)
+
+    await app(scope, counted_receive, guarded_send)
