@@ -45,10 +45,17 @@ serve: install
 	$(BIN)/python -m codeexec.server
 
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
-# one reaper pass over 10,000 leases, and the service under more than it takes on.
+# one reaper pass over 10,000 leases, and the service under more than it takes on. It also
+# times init and first requests on the functions' python3.12 (pyenv's, else one on the
+# PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
+BENCH312 := .venv-bench312
 bench: install
-	$(BIN)/python bench/bench.py $(BENCH_ARGS)
+	-@[ -x $(BENCH312)/bin/python ] || { \
+	  py=$$(pyenv prefix $$(pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -n1) 2>/dev/null)/bin/python3.12; \
+	  [ -x "$$py" ] || py=$$(command -v python3.12); \
+	  $$py -m venv $(BENCH312) && $(BENCH312)/bin/pip install -q -r lib/requirements.txt -e lib; }
+	$(BIN)/python bench/bench.py $(BENCH_ARGS) $$([ -x $(BENCH312)/bin/python ] && echo --python $(BENCH312)/bin/python)
 	$(BIN)/python bench/reaper_bench.py
 	$(BIN)/python bench/load_bench.py
 
@@ -79,4 +86,4 @@ pytest: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/
 test: lint typecheck sam pytest
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam
+	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam

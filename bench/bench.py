@@ -13,6 +13,7 @@ Prints a table and, last, one line of the main ratios.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import secrets
@@ -184,6 +185,53 @@ def file_roundtrip(client: httpx.Client, size: int, reps: int) -> tuple[list[flo
     return up, down
 
 
+# Run in a fresh interpreter: the init phase (import), then the first two requests of that
+# environment, through the Lambda handler with the sample upload event. With SnapStart the
+# init phase is what the snapshot holds; the first request is what a restored environment
+# pays before it is warm (less the one Secrets Manager read it adds on AWS).
+_FIRST_REQUEST = """
+import json, sys, time, types
+t0 = time.perf_counter(); import handlers.api as api; t1 = time.perf_counter()
+event = json.load(open("events/upload.json"))
+context = types.SimpleNamespace(function_name="bench", memory_limit_in_mb=512, aws_request_id="bench",
+                                invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:bench")
+times = []
+for _ in range(2):
+    start = time.perf_counter()
+    reply = api.handler(event, context)
+    assert reply["statusCode"] == 200, reply
+    times.append(time.perf_counter() - start)
+print(json.dumps([t1 - t0, *times]))
+"""
+
+
+def first_requests(python: str, runs: int, root: Path) -> list[list[float]]:
+    """[import, first request, second request] in ms, for `runs` fresh interpreters."""
+    env = {**os.environ, "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root / "first"),
+           "CODE_EXEC_API_KEY": "sam-local-key", "PYTHONPATH": str(REPO), "POWERTOOLS_METRICS_NAMESPACE": "bench",
+           "POWERTOOLS_LOG_LEVEL": "WARNING"}  # fmt: skip
+    env.pop("AWS_LAMBDA_FUNCTION_NAME", None)
+    found = []
+    for _ in range(runs):
+        done = subprocess.run([python, "-c", _FIRST_REQUEST], env=env, cwd=REPO, capture_output=True, check=True)
+        found.append([t * 1e3 for t in json.loads(done.stdout.splitlines()[-1])])
+    return found
+
+
+def first_request_lines(root: Path, runs: int, pythons: list[str]) -> dict[str, str]:
+    main = {}
+    print("\ninit and first requests of a fresh environment (sample upload through the Lambda handler), median ms")
+    print(f"{'python':<10}{'import':>10}{'1st req':>10}{'2nd req':>10}")
+    for python in pythons:
+        version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
+                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        found = first_requests(python, runs, root)
+        medians = [statistics.median(column) for column in zip(*found, strict=True)]
+        print(f"{version:<10}" + "".join(f"{ms:10.1f}" for ms in medians))
+        main[f"py{version.rsplit('.', 1)[0]} import/1st req"] = f"{medians[0]:.0f}/{medians[1]:.0f} ms"
+    return main
+
+
 def cold_import(runs: int, root: Path) -> tuple[list[float], dict[str, float]]:
     """What a Lambda cold start pays before its first request: importing the handler.
     Returns the times of `runs` fresh interpreters, and the median self time of each
@@ -255,6 +303,7 @@ def run(args: argparse.Namespace) -> None:
         main |= files_table(client(), args.file_reps)
         peak_mb = proc_status(pid, "VmHWM")
         main |= import_line(root, args.import_runs)
+        main |= first_request_lines(root, args.import_runs, [sys.executable, *args.python])
     print(f"service memory: peak (VmHWM) {peak_mb:.1f} MB after the load above; {idle_mb:.1f} MB RSS when idle")
     main["peak memory"] = f"{peak_mb:.0f} MB"
     print("\nmain (service/bare; targets py p50 <= 1.3x, c4 >= 0.8x, import < 300 ms): " + " | ".join(
@@ -318,6 +367,8 @@ def main() -> None:
     parser.add_argument("--tput-seconds", type=float, default=15.0, help="time bound per side per level")
     parser.add_argument("--file-reps", type=int, default=20, help="1 MB upload+download round trips")
     parser.add_argument("--import-runs", type=int, default=7, help="fresh interpreters timing the import")
+    parser.add_argument("--python", action="append", default=[],
+                        help="another interpreter (with the library installed) to time init and first requests on")
     parser.add_argument("--quick", action="store_true", help="a short run while developing")
     args = parser.parse_args()
     if args.quick:

@@ -44,3 +44,18 @@ export function agentsVersion(scriptUrl) {
   const manifest = new URL('./node_modules/@librechat/agents/package.json', scriptUrl);
   return JSON.parse(readFileSync(manifest, 'utf8')).version;
 }
+
+/**
+ * One program per language as a model writes them for LibreChat: absolute /mnt/data paths
+ * (what the tool description tells it), js/ts expecting Node (require, no Deno), bash
+ * printing to both streams. The pytest side holds what each must answer, on every backend.
+ */
+export const LANGUAGE_PROGRAMS = {
+  py: "open('/mnt/data/py.txt', 'w').write('from py')\nprint(open('/mnt/data/py.txt').read())",
+  js: "const fs = require('fs');\nfs.writeFileSync('/mnt/data/js.txt', 'from js');\n"
+    + "console.log(typeof Deno, typeof require, fs.readFileSync('/mnt/data/js.txt', 'utf8'));",
+  ts: "import * as fs from 'fs';\nconst n: number = 6 * 7;\nfs.writeFileSync('/mnt/data/ts.txt', `from ts ${n}`);\n"
+    + "console.log(typeof Deno, fs.readFileSync('/mnt/data/ts.txt', 'utf8'));",
+  bash: "printf 'one\\ttab\\n'; echo \"args: $#\"; printf 'x\\ny\\n' > /mnt/data/lines.txt\n"
+    + "wc -l < /mnt/data/lines.txt; rm /mnt/data/lines.txt; echo warned >&2; pwd; printf 'last line'",
+};

@@ -3,8 +3,12 @@ stubbed reply) against the real service model, then against the local fake."""
 
 from __future__ import annotations
 
+import base64
 import io
 import logging
+import random
+import re
+import string
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -19,8 +23,8 @@ from pydantic import SecretStr
 from codeexec.api.app import create_app
 from codeexec.errors import BackendUnavailable, FileNotFound, SessionNotFound
 from codeexec.reaper import is_due
-from codeexec.sandbox.agentcore import AgentCoreConfig, AgentCoreSandboxes
-from codeexec.sandbox.agentcore.sandboxes import _is_session_id
+from codeexec.sandbox.agentcore import AgentCoreConfig, AgentCoreSandboxes, sandboxes
+from codeexec.sandbox.agentcore.session_ids import from_wire, to_wire
 from codeexec.sandbox.port import Limit, LimitHit, Owner, Program
 from codeexec.settings import Settings
 
@@ -29,7 +33,8 @@ from .fakes import eventstream
 from .fakes.agentcore import RunningFake
 
 CI = "aws.codeinterpreter.v1"
-SID = "01JABCDEFGHJKMNPQRSTVWXYZ0"
+SID = "01JABCDEFGHJKMNPQRSTVWXYZ0"  # AgentCore's own id
+WIRE = "BkpbGufCMp0ra-M63zvvg"  # the same session on the wire
 OTHER = "01JZZZZZZZZZZZZZZZZZZZZZZZ"
 CREATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 ACME_OWNER = Owner("acme")
@@ -102,7 +107,20 @@ def ran(stdout: str = "", stderr: str = "", exit_code: int = 0) -> dict[str, Any
     return {"structuredContent": {"stdout": stdout, "stderr": stderr, "exitCode": exit_code}, "isError": exit_code != 0}
 
 
-TOUCH = {"path": ".codeexec/touched", "text": ""}
+TOUCHED = "mkdir -p .codeexec && touch .codeexec/touched; "
+
+
+@pytest.fixture
+def token(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The run token (the watchdog's pid file), made predictable."""
+    monkeypatch.setattr(sandboxes.secrets, "token_hex", lambda n: "feedface")
+    return ".codeexec/run-feedface"
+
+
+def expect_watchdog(stub: Stubber, pid_file: str, seconds: str) -> None:
+    pid = f"$(cat {pid_file} 2>/dev/null)"
+    command = f'{TOUCHED}sleep {seconds}; p={pid} && rm -f {pid_file} && kill -KILL "$p"'
+    expect_invoke(stub, "startCommandExecution", {"command": command}, {"structuredContent": {"taskId": "t1"}})
 
 
 def test_create_names_the_org_and_caps_the_lease_at_eight_hours(backend: AgentCoreSandboxes, stub: Stubber) -> None:
@@ -111,10 +129,11 @@ def test_create_names_the_org_and_caps_the_lease_at_eight_hours(backend: AgentCo
         {"codeInterpreterIdentifier": CI, "sessionId": SID, "createdAt": CREATED},
         {"codeInterpreterIdentifier": CI, "name": ACME, "sessionTimeoutSeconds": 28800},
     )
-    # The first write of a call carries its touch.
-    expect_invoke(stub, "writeFiles", {"content": [{"path": "a.bin", "blob": b"\x00\xff"}, TOUCH]})
+    # Its first command touches it and links /mnt/data; the write then carries no touch.
+    expect_invoke(stub, "executeCommand", {"command": sandboxes._SETUP}, ran())
+    expect_invoke(stub, "writeFiles", {"content": [{"path": "a.bin", "blob": b"\x00\xff"}]})
     with backend.create(ACME_OWNER.tag()) as sandbox:
-        assert sandbox.id == SID
+        assert sandbox.id == WIRE  # AgentCore's id, spelled for the wire
         assert sandbox.lease.owner == ACME_OWNER.tag()
         sandbox.write_file("a.bin", io.BytesIO(b"\x00\xff"), limit=10)
 
@@ -127,17 +146,31 @@ def test_open_refuses_other_owners_ended_and_unknown_sessions(backend: AgentCore
     expect_get(stub, name="codeexec-28800-mfrw2zi")  # an older release's name
     stub.add_client_error("get_code_interpreter_session", "ResourceNotFoundException", http_status_code=404)
     for _ in range(5):
-        with pytest.raises(SessionNotFound), backend.open(SID, acme):
+        with pytest.raises(SessionNotFound), backend.open(WIRE, acme):
             pass
-    with pytest.raises(SessionNotFound), backend.open("has-dashes_and_is_not_agentcores", acme):
-        pass  # refused before any call: the stubber holds no reply for it
+    for malformed in (SID, "has-dashes_and_is_not_a_wire_id", "Uakgb_J5m9g-0JDMbcJq"):
+        with pytest.raises(SessionNotFound), backend.open(malformed, acme):
+            pass  # refused before any call: the stubber holds no reply for it
+
+
+def test_a_session_whose_id_is_not_a_ulid_is_stopped_and_refused(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    odd = "2ZZZZZZZZZZZZZZZZZZZZZZZZZ"  # 128 bits with the top ones set: no ULID of before 4199
+    stub.add_response(
+        "start_code_interpreter_session", {"codeInterpreterIdentifier": CI, "sessionId": odd, "createdAt": CREATED}
+    )
+    stub.add_response(
+        "stop_code_interpreter_session",
+        {"codeInterpreterIdentifier": CI, "sessionId": odd, "lastUpdatedAt": CREATED},
+        {"codeInterpreterIdentifier": CI, "sessionId": odd},
+    )
+    with pytest.raises(BackendUnavailable, match="not a ULID"), backend.create(ACME_OWNER.tag()):
+        pass
 
 
 def test_a_read_stats_the_file_with_its_touch_then_reads_it(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
     blob = bytes(range(256))
-    stat = "mkdir -p .codeexec && touch .codeexec/touched; "
-    stat += "test -f ./a.bin && ! test -L ./a.bin && stat -c '%s %.9Y' ./a.bin"
+    stat = TOUCHED + "test -f ./a.bin && ! test -L ./a.bin && stat -c '%s %.9Y' ./a.bin 2>/dev/null"
     expect_invoke(stub, "executeCommand", {"command": stat}, ran("256 1767322800.250000000\n"))
     expect_invoke(
         stub,
@@ -145,7 +178,7 @@ def test_a_read_stats_the_file_with_its_touch_then_reads_it(backend: AgentCoreSa
         {"paths": ["a.bin"]},
         {"content": [{"type": "resource", "resource": {"type": "blob", "uri": "file:///w/a.bin", "blob": blob}}]},
     )
-    with backend.open(SID, acme) as sandbox:
+    with backend.open(WIRE, acme) as sandbox:
         reader, info = sandbox.open_file("a.bin")
     assert reader.read() == blob
     assert (info.size, info.mtime_ns) == (256, 1_767_322_800_250_000_000)  # the real time, never a made-up one
@@ -154,18 +187,22 @@ def test_a_read_stats_the_file_with_its_touch_then_reads_it(backend: AgentCoreSa
 def test_missing_and_hidden_files_are_not_found(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
     expect_invoke(stub, "executeCommand", {"command": ANY}, ran(exit_code=1))
-    with backend.open(SID, acme) as sandbox:
+    with backend.open(WIRE, acme) as sandbox:
         with pytest.raises(FileNotFound):
             sandbox.open_file("gone.csv")
-        with pytest.raises(FileNotFound):
-            sandbox.open_file(".codeexec/touched")
+        for reserved in (".codeexec/touched", "log/interpreter.log"):
+            with pytest.raises(FileNotFound):
+                sandbox.open_file(reserved)
 
 
 def test_listing_is_one_command_carrying_the_touch(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
-    stdout = "5 1767322800.5000000000 data.csv\x0012 1767322801.0000000000 plots/a b.png\x00"
-    expect_invoke(stub, "executeCommand", {"command": ANY}, ran(stdout))
-    with backend.open(SID, acme) as sandbox:
+    listing = b"5 1767322800.5000000000 data.csv\x0012 1767322801.0000000000 plots/a b.png\x00"
+    # base64, because the terminal answers in CRLF lines (and may break long ones)
+    encoded = base64.b64encode(listing).decode()
+    answer = ran(f"{encoded[:9]}\r\n{encoded[9:]}")
+    expect_invoke(stub, "executeCommand", {"command": TOUCHED + sandboxes._LIST}, answer)
+    with backend.open(WIRE, acme) as sandbox:
         found = sandbox.list_files()
     assert [(f.path, f.size, f.mtime_ns) for f in found] == [
         ("data.csv", 5, 1_767_322_800_500_000_000),
@@ -173,31 +210,54 @@ def test_listing_is_one_command_carrying_the_touch(backend: AgentCoreSandboxes, 
     ]
 
 
-def test_python_runs_natively_with_its_args(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+def test_python_runs_natively_under_a_watchdog_with_its_args(
+    backend: AgentCoreSandboxes, stub: Stubber, token: str
+) -> None:
     expect_get(stub)
-    code = 'import sys; sys.argv[1:] = ["--n", "it\'s"]\nprint(1)'
+    expect_watchdog(stub, token, "30")
+    # Its first line writes its pid where the watchdog looks, then sets the arguments.
+    first = f'__import__("builtins").open("{token}", "w").write(str(__import__("os").getpid())); '
+    code = first + '__import__("sys").argv[1:] = ["--n", "it\'s"]\nprint(1)'
     expect_invoke(stub, "executeCode", {"language": "python", "code": code, "clearContext": True}, ran("1\n"))
-    expect_invoke(stub, "writeFiles", {"content": [TOUCH]})
-    with backend.open(SID, acme) as sandbox:
+    # The next command removes the pid file: the watchdog then finds nothing to kill.
+    expect_invoke(stub, "executeCommand", {"command": f"rm -f {token}; " + sandboxes._LIST}, ran(""))
+    with backend.open(WIRE, acme) as sandbox:
         result = sandbox.run(Program("py", "print(1)", ("--n", "it's"), 30))
+        assert sandbox.list_files() == []
     assert (result.stdout, result.exit_code, result.hits) == ("1\n", 0, ())
 
 
-def test_bash_runs_as_a_command_under_a_time_limit(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+def test_bash_runs_in_mnt_data_under_a_time_limit_and_answers_apart(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
-    command = "mkdir -p .codeexec && touch .codeexec/touched; timeout -k 2 7 bash -c 'echo \"$1\"' main.sh 'a b'"
-    expect_invoke(stub, "executeCommand", {"command": command}, ran(exit_code=124))
-    with backend.open(SID, acme) as sandbox:
+    command = (
+        "cd /mnt/data 2>/dev/null; mkdir -p .codeexec/run; "
+        "timeout -k 1 7 bash -c 'echo \"$1\"' main.sh 'a b' </dev/null >.codeexec/run/out 2>.codeexec/run/err; rc=$?; "
+        "printf 'CODEEXEC-RUN:%s:' $rc; head -c 65 .codeexec/run/out | base64 -w0; printf :; "
+        "head -c 65 .codeexec/run/err | base64 -w0; rm -f .codeexec/run/out .codeexec/run/err"
+    )
+    # What a terminal answers: something before the marker, the rest broken into CRLF lines.
+    out, err = base64.b64encode(b"a b\n").decode(), base64.b64encode(b"warned\r\n").decode()
+    answer = f"bash: no job control\r\nCODEEXEC-RUN:0:{out[:3]}\r\n{out[3:]}:{err}"
+    expect_invoke(stub, "executeCommand", {"command": TOUCHED + command}, ran(answer))
+    expect_invoke(stub, "executeCommand", {"command": command}, ran("CODEEXEC-RUN:124::"))
+    with backend.open(WIRE, acme) as sandbox:
+        result = sandbox.run(Program("bash", 'echo "$1"', ("a b",), 7))
+        assert (result.stdout, result.stderr, result.exit_code, result.hits) == ("a b\n", "warned\r\n", 0, ())
         result = sandbox.run(Program("bash", 'echo "$1"', ("a b",), 7))
     assert result.exit_code is None
     assert result.hits == (LimitHit(Limit.TIME, 7),)
 
 
-def test_output_is_capped_and_says_so(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+def test_javascript_runs_on_node_and_its_output_is_capped(
+    backend: AgentCoreSandboxes, stub: Stubber, token: str
+) -> None:
     expect_get(stub)
-    expect_invoke(stub, "executeCode", {"language": "javascript", "code": "x", "clearContext": True}, ran("y" * 100))
-    expect_invoke(stub, "writeFiles", {"content": [TOUCH]})
-    with backend.open(SID, acme) as sandbox:
+    expect_watchdog(stub, token, "30")
+    first = '(process.getBuiltinModule ? process.getBuiltinModule("fs") : require("fs"))'
+    first += f'.writeFileSync("{token}", String(process.pid)); '
+    arguments = {"language": "javascript", "code": first + "\nx", "clearContext": True, "runtime": "nodejs"}
+    expect_invoke(stub, "executeCode", arguments, ran("y" * 100))
+    with backend.open(WIRE, acme) as sandbox:
         result = sandbox.run(Program("js", "x", (), 30))
     assert result.stdout == "y" * 64
     assert result.hits == (LimitHit(Limit.OUTPUT, 64, stopped=False, stream="stdout"),)
@@ -226,7 +286,7 @@ def test_an_error_event_inside_the_stream_is_an_error_of_the_call(backend: Agent
         {"sessionId": SID, "stream": {"throttlingException": {"message": "slow down"}}},
         {"codeInterpreterIdentifier": CI, "sessionId": SID, "name": "executeCommand", "arguments": {"command": ANY}},
     )
-    with pytest.raises(BackendUnavailable) as raised, backend.open(SID, acme) as sandbox:
+    with pytest.raises(BackendUnavailable) as raised, backend.open(WIRE, acme) as sandbox:
         sandbox.list_files()
     assert raised.value.retry_after == 2
 
@@ -243,9 +303,10 @@ def test_leases_come_from_the_listing_and_the_touched_clock(backend: AgentCoreSa
         {"items": [item | {"sessionId": OTHER, "name": "not-ours"}]},
         {"codeInterpreterIdentifier": CI, "status": "READY", "maxResults": 100, "nextToken": "p2"},
     )
-    expect_invoke(stub, "executeCommand", {"command": "stat -c %Y .codeexec/touched"}, ran("1767323045\n"))
+    stat = {"command": "stat -c %Y .codeexec/touched 2>/dev/null"}
+    expect_invoke(stub, "executeCommand", stat, ran("1767323045\r\n"))
     (lease,) = backend.leases()
-    assert (lease.session_id, lease.owner, lease.shared, lease.ttl_seconds) == (SID, ACME_OWNER.tag(), False, 28800)
+    assert (lease.session_id, lease.owner, lease.shared, lease.ttl_seconds) == (WIRE, ACME_OWNER.tag(), False, 28800)
     assert lease.leased_at == CREATED.timestamp()
     assert lease.touched_at == 1767323045
 
@@ -254,22 +315,42 @@ def test_end_if_rereads_the_lease_and_stops_only_when_still_due(backend: AgentCo
     touched = CREATED.timestamp() + 100
     for _ in range(2):
         expect_get(stub)
-        expect_invoke(stub, "executeCommand", {"command": "stat -c %Y .codeexec/touched"}, ran(f"{touched:.0f}\n"))
+        stat = {"command": "stat -c %Y .codeexec/touched 2>/dev/null"}
+        expect_invoke(stub, "executeCommand", stat, ran(f"{touched:.0f}\n"))
     stub.add_response(
         "stop_code_interpreter_session",
         {"codeInterpreterIdentifier": CI, "sessionId": SID, "lastUpdatedAt": CREATED},
         {"codeInterpreterIdentifier": CI, "sessionId": SID},
     )
-    assert not backend.end_if(SID, lambda lease: is_due(lease, touched + 3599, 3600))
-    assert backend.end_if(SID, lambda lease: is_due(lease, touched + 3600, 3600))
+    assert not backend.end_if(WIRE, lambda lease: is_due(lease, touched + 3599, 3600))
+    assert backend.end_if(WIRE, lambda lease: is_due(lease, touched + 3600, 3600))
 
 
-def test_session_ids_are_agentcores() -> None:
-    assert _is_session_id(SID)
-    assert _is_session_id("a" * 40)
-    assert not _is_session_id("a" * 41)
-    assert not _is_session_id("Uakgb_J5m9g-0JDMbcJqL")
-    assert not _is_session_id("")
+def test_ulids_and_wire_ids_map_one_to_one() -> None:
+    recorded = "01K1PPWYE373Z99SS2A8ABW0TX"  # a session id from recorded AgentCore output
+    wire = to_wire(recorded)
+    assert wire is not None and re.fullmatch(r"[A-Za-z0-9_-]{21}", wire)
+    assert from_wire(wire) == recorded
+    # The ends of the range: every ULID whose top two bits are zero (until the year 4199).
+    assert (to_wire("0" * 26), to_wire("1" + "Z" * 25)) == ("A" * 21, "_" * 21)
+    for _ in range(200):  # and every wire id names one of them
+        some = "".join(random.choice(string.ascii_letters + string.digits + "_-") for _ in range(21))
+        agentcore = from_wire(some)
+        assert agentcore is not None and agentcore[0] in "01" and to_wire(agentcore) == some
+
+
+@pytest.mark.parametrize(
+    "unmappable",
+    [
+        "2ZZZZZZZZZZZZZZZZZZZZZZZZZ",  # 128 bits: a timestamp past 4199
+        "01k1ppwye373z99ss2a8abw0tx",  # lower case: not the spelling AgentCore answered
+        "01K1PPWYE373Z99SS2A8ABW0TI",  # I is not Crockford's
+        "abc123",  # another id scheme
+        "01K1PPWYE373Z99SS2A8ABW0TXX",
+    ],
+)
+def test_other_ids_have_no_wire_id(unmappable: str) -> None:
+    assert to_wire(unmappable) is None
 
 
 # -- through the app, against the fake --------------------------------------------------
@@ -283,6 +364,12 @@ def fake_client(agentcore_fake: RunningFake) -> TestClient:
         code_exec_api_key=SecretStr(API_KEY),
     )
     return TestClient(create_app(settings), headers={"X-API-Key": API_KEY})
+
+
+def run(client: TestClient, code: str, lang: str = "py") -> dict:
+    reply = client.post("/v1/exec", json={"lang": lang, "code": code})
+    assert reply.status_code == 200, reply.text
+    return dict(reply.json())
 
 
 def upload(client: TestClient, name: str, data: bytes) -> str:
@@ -304,7 +391,7 @@ def test_throttling_is_a_503_with_retry_after(
 
 def test_a_vanished_session_is_a_404(fake_client: TestClient, agentcore_fake: RunningFake) -> None:
     session = upload(fake_client, "a.txt", b"x")
-    agentcore_fake.fake.sessions[session].stopped = True  # AgentCore ended it: its timeout, say
+    agentcore_fake.fake.sessions[str(from_wire(session))].stopped = True  # AgentCore ended it: its timeout, say
     assert fake_client.get(f"/v1/download/{session}/a.txt").status_code == 404
     assert fake_client.get(f"/v1/files/{session}").status_code == 404
 
@@ -312,17 +399,62 @@ def test_a_vanished_session_is_a_404(fake_client: TestClient, agentcore_fake: Ru
 def test_round_trips_per_call(fake_client: TestClient, agentcore_fake: RunningFake) -> None:
     calls = agentcore_fake.fake.calls
     session = upload(fake_client, "a.txt", b"x")
-    assert calls == ["PUT sessions/start", "invoke writeFiles"]  # the write carries the touch
+    # Its first command touches it and links /mnt/data.
+    assert calls == ["PUT sessions/start", "invoke executeCommand", "invoke writeFiles"]
     calls.clear()
     assert fake_client.get(f"/v1/download/{session}/a.txt").content == b"x"
     assert calls == ["GET sessions/get", "invoke executeCommand", "invoke readFiles"]  # the stat carries it
     calls.clear()
     fake_client.post("/v1/exec", json={"lang": "py", "code": "print(1)", "session_id": session})
     hold, listing, release = ["invoke executeCommand"] * 3
-    assert calls == ["GET sessions/get", hold, listing, "invoke executeCode", listing, release]
+    watchdog = "invoke startCommandExecution"
+    assert calls == ["GET sessions/get", hold, listing, watchdog, "invoke executeCode", listing, release]
 
 
 def test_a_language_agentcore_lacks_is_a_clear_400(fake_client: TestClient) -> None:
     reply = fake_client.post("/v1/exec", json={"lang": "c", "code": "int main(){}"})
     assert reply.status_code == 400
     assert reply.json()["details"] == "lang 'c' is not available here; available: bash, js, py, ts"
+
+
+def test_a_session_agentcore_names_otherwise_is_stopped_and_refused_clearly(
+    fake_client: TestClient, agentcore_fake: RunningFake
+) -> None:
+    agentcore_fake.fake.next_ids.append("01k1ppwye373z99ss2a8abw0tx")
+    reply = fake_client.post("/v1/upload", files={"file": ("a.txt", b"x")})
+    assert reply.status_code == 503
+    assert "not a ULID" in reply.json()["details"]
+    assert not agentcore_fake.fake.sessions["01k1ppwye373z99ss2a8abw0tx"].ready()  # stopped, not leaked
+    assert upload(fake_client, "a.txt", b"x")  # the next session is a ULID again
+
+
+def test_the_environments_log_folder_is_never_listed_nor_written(fake_client: TestClient) -> None:
+    session = run(fake_client, "import os; print(sorted(os.listdir('/mnt/data')))")
+    assert "'log'" in session["stdout"]  # it is there, for programs to see
+    assert session["files"] == []
+    assert fake_client.get(f"/v1/files/{session['session_id']}").json() == []
+    reply = fake_client.post(
+        "/v1/upload", data={"session_id": session["session_id"]}, files={"file": ("log/mine.txt", b"x")}
+    )
+    assert reply.status_code == 400
+    assert "reserved" in reply.json()["details"]
+
+
+def test_js_and_ts_run_on_node_not_deno(fake_client: TestClient, agentcore_fake: RunningFake) -> None:
+    probe = "console.log(typeof Deno, typeof require)"
+    for lang in ("js", "ts"):
+        assert run(fake_client, probe, lang=lang)["stdout"] == "undefined function\n", lang
+    assert [call.get("runtime") for call in agentcore_fake.fake.executed] == ["nodejs", "nodejs"]
+
+
+def test_the_fake_runs_javascript_on_deno_unless_told_otherwise(agentcore_fake: RunningFake) -> None:
+    """What the backend must send runtime for: AgentCore's default is Deno, which has no require."""
+    fake = agentcore_fake.fake
+    session = fake.start(CI, {})["sessionId"]
+    probe = {"language": "javascript", "code": "console.log(typeof Deno, typeof require)"}
+    assert fake.invoke(CI, session, {"name": "executeCode", "arguments": probe})["structuredContent"]["stdout"] == (
+        "object undefined\n"
+    )
+    command = {"command": "echo out; echo err >&2"}
+    answer = fake.invoke(CI, session, {"name": "executeCommand", "arguments": command})["structuredContent"]
+    assert (answer["stdout"], answer["stderr"]) == ("out\r\nerr\r\n", "")  # a terminal's

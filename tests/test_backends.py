@@ -157,3 +157,65 @@ def test_an_input_copied_during_a_run_is_not_that_runs_output(client: TestClient
         second = pool.submit(run, client, "print(open('input.csv').read())", session_id=session, files=[ref])
         assert first.result()["files"] == []
         assert second.result()["stdout"] == "1,2\n\n"
+
+
+# LibreChat tells the model its files are in /mnt/data, and its own read_file and
+# write_file helpers use absolute paths: every language and bash must find them there.
+MNT_DATA = [
+    ("py", "open('/mnt/data/from_py.txt', 'w').write('py')", "from_py.txt"),
+    ("js", "require('fs').writeFileSync('/mnt/data/from_js.txt', 'js')", "from_js.txt"),
+    ("ts", "import * as fs from 'fs'; fs.writeFileSync('/mnt/data/from_ts.txt', 'ts');", "from_ts.txt"),
+    ("bash", "echo -n bash > /mnt/data/from_bash.txt", "from_bash.txt"),
+]
+
+
+def test_every_language_reads_and_writes_mnt_data_by_absolute_path(client: TestClient, app: FastAPI) -> None:
+    session = upload(client, "data.csv", b"a,b\n")["session_id"]
+    for lang, code, name in MNT_DATA:
+        if lang not in app.state.service.sessions.sandboxes.languages:
+            continue
+        body = run(client, code, lang=lang, session_id=session)
+        assert names(body) == [name], (lang, body)
+        assert body["files"][0]["id"] == file_id(session, name)  # ids and names as on every backend
+        assert client.get(f"/v1/download/{session}/{body['files'][0]['id']}").text == name.split("_")[1][:-4]
+    read = "print(open('/mnt/data/data.csv').read(), open('/mnt/data/from_bash.txt').read())"
+    assert run(client, read, session_id=session)["stdout"] == "a,b\n bash\n"
+    assert run(client, "cat /mnt/data/from_py.txt; pwd", lang="bash", session_id=session)["stdout"] == "py/mnt/data\n"
+
+
+@pytest.mark.parametrize("lang", ["js", "ts"])
+def test_javascript_runs_on_node(client: TestClient, app: FastAPI, lang: str) -> None:
+    if lang not in app.state.service.sessions.sandboxes.languages:
+        pytest.skip(f"this host lacks the {lang} toolchain")
+    body = run(client, "console.log(typeof Deno, typeof require, typeof process.versions.node)", lang=lang)
+    assert body["stdout"] == "undefined function string\n"
+
+
+def test_bash_answers_stdout_and_stderr_apart_byte_for_byte(client: TestClient) -> None:
+    code = "echo one; echo two >&2; printf 'crlf\\r\\nno newline'; printf '\\x01 tab\\t' >&2; exit 3"
+    body = run(client, code, lang="bash")
+    assert (body["stdout"], body["stderr"]) == ("one\ncrlf\r\nno newline", "two\n\x01 tab\t")
+
+
+@pytest.mark.parametrize(
+    ("lang", "code"),
+    [
+        ("py", "import time\nwhile True:\n    open('ticks.txt', 'a').write('.'); time.sleep(0.05)"),
+        ("js", "const fs = require('fs'); for (;;) { fs.appendFileSync('ticks.txt', '.'); }"),
+        ("bash", "while true; do printf . >> ticks.txt; sleep 0.05; done"),
+    ],
+)
+def test_a_run_past_its_time_limit_is_stopped_not_abandoned(backend_settings: Settings, lang: str, code: str) -> None:
+    app = create_app(backend_settings.model_copy(update={"run_timeout_seconds": 1}))
+    client = TestClient(app, headers={"X-API-Key": API_KEY})
+    body = run(client, code, lang=lang)
+    assert "exceeded its 1 s time limit" in body["stderr"]
+    assert "may still be running" not in body["stderr"]
+    session = body["session_id"]
+
+    def ticks() -> int:
+        return len(client.get(f"/v1/download/{session}/ticks.txt").content)
+
+    counted = ticks()
+    time.sleep(1)
+    assert ticks() == counted > 0  # nothing writes any more

@@ -65,6 +65,30 @@ def test_g1_client_runs_writes_downloads_and_reads_back(live_server: str) -> Non
         assert result[later]["content"] == f"stdout:\n{file_token}", later
         assert result[later]["artifact"]["session_id"] == session, later
 
+    # Every language, absolute /mnt/data paths in its program, as on every backend.
+    assert_languages(result["languages"], g2=False)
+
     # The same client with a wrong key: the service's 401 surfaces as the client's error.
     assert result["bad_key"]["threw"] is True
     assert result["bad_key"]["error"].endswith("HTTP error! status: 401")
+
+
+# What each of contract_shared.mjs's LANGUAGE_PROGRAMS answers through the real client,
+# line for line, on every backend: as on `local`, where /mnt/data is the session's own.
+LANGUAGE_ANSWERS = {
+    "py": ("stdout:\nfrom py\n", ["py.txt"]),
+    "js": ("stdout:\nundefined function from js\n", ["js.txt"]),
+    "ts": ("stdout:\nundefined from ts 42\n", ["ts.txt"]),
+    "bash": ("stdout:\none\ttab\nargs: 0\n2\n/mnt/data\nlast line\nstderr:\nwarned", []),
+}
+
+
+def assert_languages(answers: dict, g2: bool) -> None:
+    assert set(answers) == set(LANGUAGE_ANSWERS)
+    for lang, (content, written) in LANGUAGE_ANSWERS.items():
+        answer = answers[lang]
+        assert answer["content"].split("\n")[: content.count("\n") + 1] == content.split("\n"), (lang, answer)
+        files = (answer["artifact"] or {}).get("files", [])
+        assert [f["name"] for f in files] == written, lang
+        if written and not g2:  # G1's content names each generated file at its /mnt/data path
+            assert f"- /mnt/data/{written[0]} |" in answer["content"], lang

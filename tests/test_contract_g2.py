@@ -21,6 +21,7 @@ from codeexec.settings import Settings
 
 from .calls import file_id
 from .conftest import API_KEY
+from .test_contract_g1 import assert_languages
 from .test_contract_g1 import drive_client as drive_g1_client
 from .test_tokens import Issuer
 
@@ -37,9 +38,13 @@ def issuer(tmp_path: Path) -> Issuer:
     return made
 
 
-@pytest.fixture
-def app(settings: Settings, issuer: Issuer) -> FastAPI:
-    """One deployment for both generations: G1's key, and LibreChat's tokens alone."""
+@pytest.fixture(params=["local", "agentcore"])
+def app(request: pytest.FixtureRequest, settings: Settings, issuer: Issuer) -> FastAPI:
+    """One deployment for both generations, G1's key and LibreChat's tokens alone, on
+    each backend."""
+    if request.param == "agentcore":
+        fake = request.getfixturevalue("agentcore_fake")
+        settings = settings.model_copy(update={"sandbox_backend": "agentcore", "agentcore_endpoint_url": fake.url})
     both = {
         "code_exec_auth_modes": frozenset({"key", "jwt"}),
         "code_exec_jwt_jwks_url": issuer.url,
@@ -101,6 +106,7 @@ def test_g2_client_runs_writes_downloads_and_reads_back(live_server: str, issuer
 
     assert result["expired"]["threw"] is True
     assert "Code execution is not authorized" in result["expired"]["error"]
+    assert_languages(result["languages"], g2=True)
 
 
 def test_a_g1_client_and_a_g2_client_share_one_deployment(live_server: str, issuer: Issuer) -> None:

@@ -15,6 +15,9 @@ import pytest
 import yaml
 from fastapi import FastAPI
 
+from codeexec.large_files import KEY_PREFIX, URL_SECONDS
+from codeexec.settings import Settings
+
 from .lambda_events import EVENTS
 
 ROOT = Path(__file__).parent.parent
@@ -73,10 +76,66 @@ def test_env_json_sets_only_variables_the_template_declares() -> None:
         assert set(variables) <= declared, function
 
 
+def test_the_functions_run_on_python_3_12_with_snapstart_on_the_api() -> None:
+    runtime = TEMPLATE["Globals"]["Function"]["Runtime"]
+    assert runtime == "python3.12"  # SnapStart for Python needs 3.12 or later; cfn-lint does not say so
+    assert all("Runtime" not in f for f in functions().values())  # none overrides it
+    layer = TEMPLATE["Resources"]["CodeExecLayer"]
+    assert layer["Properties"]["CompatibleRuntimes"] == [runtime] and layer["Metadata"]["BuildMethod"] == runtime
+    api = functions()["ApiFunction"]
+    assert api["SnapStart"] == {"ApplyOn": "PublishedVersions"}
+    assert api["AutoPublishAlias"]  # SnapStart applies to published versions only: the routes reach the alias
+    assert "SnapStart" not in functions()["ReaperFunction"]  # a pass every 5 minutes: nothing to gain
+
+
+def _bucket_statements(function: str) -> list[dict[str, Any]]:
+    statements = [s for p in functions()[function]["Policies"] if "Statement" in p for s in p["Statement"]]
+    return [s for s in statements if any(a.startswith("s3:") for a in s["Action"])]
+
+
+def test_the_large_files_bucket_is_private_short_lived_and_reached_by_the_api_alone() -> None:
+    bucket = TEMPLATE["Resources"]["LargeFilesBucket"]["Properties"]
+    assert set(bucket["PublicAccessBlockConfiguration"].values()) == {True}
+    [rule] = bucket["LifecycleConfiguration"]["Rules"]
+    assert (rule["Status"], rule["ExpirationInDays"], rule["AbortIncompleteMultipartUpload"]) == (
+        "Enabled", 1, {"DaysAfterInitiation": 1},
+    )  # fmt: skip
+    # Exactly what the API function does with it: put (presigned, or a multipart upload it
+    # may abort) and get (presigned), under the key prefix it uses; the reaper nothing.
+    [statement] = _bucket_statements("ApiFunction")
+    assert sorted(statement["Action"]) == ["s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject"]
+    assert statement["Resource"] == {"Fn::Sub": f"${{LargeFilesBucket.Arn}}/{KEY_PREFIX}*"}
+    assert _bucket_statements("ReaperFunction") == []
+    variables = functions()["ApiFunction"]["Environment"]["Variables"]
+    assert variables["LARGE_FILES_BUCKET"] == {"Ref": "LargeFilesBucket"}
+    # Every download from the threshold on is redirected; below it, a binary file's base64
+    # still fits Lambda's 6 MB response.
+    assert Settings().large_files_from_bytes * 4 / 3 < int(variables["GATEWAY_REQUEST_BYTES"]) == 6 * 1024 * 1024
+    assert URL_SECONDS <= 600
+
+
+def python312_bin() -> Path | None:
+    """A directory holding a working python3.12, for `sam build` (no container): pyenv's
+    3.12 on these machines, else one on the PATH."""
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        versions = subprocess.run([pyenv, "versions", "--bare"], capture_output=True, text=True).stdout.split()
+        for version in sorted(v for v in versions if v.startswith("3.12")):
+            prefix = subprocess.run([pyenv, "prefix", version], capture_output=True, text=True).stdout.strip()
+            if prefix and (Path(prefix) / "bin" / "python3.12").exists():
+                return Path(prefix) / "bin"
+    found = shutil.which("python3.12")
+    if found and subprocess.run([found, "-c", "pass"], capture_output=True).returncode == 0:
+        return Path(found).parent
+    return None
+
+
 @pytest.mark.skipif(not (SAM.exists() or shutil.which("sam")), reason="no SAM CLI: `make sam` installs it")
 def test_sam_validates_and_builds_a_bundle(tmp_path: Path) -> None:
     sam = str(SAM) if SAM.exists() else "sam"
-    env = {**os.environ, "SAM_CLI_TELEMETRY": "0"}
+    python312 = python312_bin()
+    assert python312, "sam build for python3.12 needs a python3.12 on the PATH (pyenv install 3.12, README)"
+    env = {**os.environ, "SAM_CLI_TELEMETRY": "0", "PATH": f"{python312}:{os.environ['PATH']}"}
     for args in (["validate", "--lint"], ["build", "--build-dir", str(tmp_path / "build")]):
         done = subprocess.run([sam, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -94,6 +153,8 @@ def test_sam_validates_and_builds_a_bundle(tmp_path: Path) -> None:
     [architecture] = TEMPLATE["Globals"]["Function"]["Architectures"]
     machines = {int.from_bytes(so.read_bytes()[18:20], "little") for so in layer.rglob("*.so")}
     assert machines == {ELF_MACHINE[architecture]}
+    # ... and for the functions' Python: pydantic's core is a CPython 3.12 extension.
+    assert [so.name for so in layer.glob("pydantic_core/*.so")] == ["_pydantic_core.cpython-312-aarch64-linux-gnu.so"]
 
 
 def _requirements() -> list[str]:

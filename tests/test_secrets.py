@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import random
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import boto3
 import pytest
@@ -67,3 +71,39 @@ def test_the_secret_is_read_once_per_cold_start(monkeypatch: pytest.MonkeyPatch,
     api = cold_start(monkeypatch, "handlers.api", env)
     assert upload_with(api, ROTATED) == 200
     assert upload_with(api, KEY) == 401
+
+
+def test_the_key_is_read_after_init_so_not_kept_in_a_snapshot(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    """With SnapStart every new environment resumes from one snapshot taken after init:
+    a key read at init would be that snapshot's forever. It is read on the first request."""
+    api = cold_start(monkeypatch, "handlers.api", env)  # the init phase: what a snapshot holds
+    boto3.client("secretsmanager").put_secret_value(SecretId=env["CODE_EXEC_API_KEY_SECRET_ARN"], SecretString=ROTATED)
+    assert upload_with(api, ROTATED) == 200  # the first request after the restore reads it
+    assert upload_with(api, KEY) == 401
+
+
+def test_init_makes_nothing_unique(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """Nothing drawn from the system's randomness at init (ids, tokens, seeds), which
+    every environment restored from one snapshot would share: the deployed configuration,
+    the AgentCore backend and the large-files bucket included."""
+    drawn: list[str] = []
+
+    def recording(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def draw(*args: Any, **kwargs: Any) -> Any:
+            drawn.append(name)
+            return real(*args, **kwargs)
+
+        return draw
+
+    for owner, name in [(os, "urandom"), (uuid, "uuid4"), (random.SystemRandom, "getrandbits"),
+                        (random.SystemRandom, "random")]:  # fmt: skip
+        monkeypatch.setattr(owner, name, recording(name, getattr(owner, name)))
+    deployed = {"SANDBOX_BACKEND": "agentcore", "AWS_REGION": "us-east-1", "LARGE_FILES_BUCKET": "large"}
+    api = cold_start(monkeypatch, "handlers.api", env | deployed)
+    assert drawn == []
+    assert api.asgi.app.state.service.sessions.large_files.bucket == "large"
+    # The recorder sees draws: a request makes some (the AgentCore session's client token).
+    upload_with(api, KEY)
+    assert "uuid4" in drawn

@@ -42,8 +42,9 @@ from .errors import (
     TooLarge,
     UnsupportedLanguage,
 )  # fmt: skip
+from .large_files import LargeFiles
 from .programmatic import Tokens, Workflow, tools_from
-from .sandbox.port import FileInfo, Lease, Limit, Program, RunResult, Sandbox, Sandboxes
+from .sandbox.port import FileInfo, Lease, Limit, Program, RunResult, Sandbox, Sandboxes, SendsFiles
 from .wire import (
     ExecReply,
     ExecRequest,
@@ -96,11 +97,24 @@ class Report:
     deleted: list[str] | None
 
 
+@dataclass(frozen=True)
+class Download:
+    """One file for a download: its bytes to answer with, or, for a file too large for
+    an answer, the key it was put under in the large-files bucket."""
+
+    info: FileInfo
+    reader: BinaryIO | None = None
+    key: str | None = None
+
+
 class Sessions:
-    def __init__(self, sandboxes: Sandboxes, limits: SessionLimits, tokens: Tokens) -> None:
+    def __init__(
+        self, sandboxes: Sandboxes, limits: SessionLimits, tokens: Tokens, large_files: LargeFiles | None = None
+    ) -> None:
         self.sandboxes = sandboxes
         self.limits = limits
         self.tokens = tokens
+        self.large_files = large_files
 
     # -- reads --------------------------------------------------------------------------
 
@@ -108,9 +122,27 @@ class Sessions:
         with self._open(session_id, _may_read(caller)) as sandbox:
             return sorted(sandbox.list_files(), key=lambda f: f.path)
 
-    def open_file(self, caller: Caller, session_id: str, file_id: str) -> tuple[BinaryIO, FileInfo]:
+    def download(self, caller: Caller, session_id: str, file_id: str) -> Download:
+        """The file's bytes, or, when it is large and a bucket is configured, the file put
+        in the bucket: by the sandbox itself where its backend can send files (the bytes
+        then never pass through here), else from here."""
         with self._open(session_id, _may_read(caller)) as sandbox:
-            return _open_file(sandbox, file_id)
+            large = self.large_files
+            if large is None:
+                reader, info = _open_file(sandbox, file_id)
+                return Download(info, reader=reader)
+            info = _resolve(sandbox, file_id)
+            if not large.is_large(info.size):
+                reader, info = sandbox.open_file(info.path)
+                return Download(info, reader=reader)
+            key = large.new_key()
+            if isinstance(sandbox, SendsFiles):
+                sandbox.send_file(info.path, large.put_url(key))
+            else:
+                reader, _ = sandbox.open_file(info.path)
+                with reader:
+                    large.store(reader, key)
+            return Download(info, key=key)
 
     def stat(self, caller: Caller, session_id: str, file_id: str) -> FileInfo:
         with self._open(session_id, _may_read(caller)) as sandbox:
@@ -364,6 +396,17 @@ def _find(sandbox: Sandbox, file_id: str) -> FileInfo | None:
     if not ids.is_file_id(file_id):
         return None
     return next((f for f in sandbox.list_files() if ids.file_id(sandbox.id, f.path) == file_id), None)
+
+
+def _resolve(sandbox: Sandbox, file_id: str) -> FileInfo:
+    """The file a download's id names: a derived id, else a raw path."""
+    found = _find(sandbox, file_id)
+    if found:
+        return found
+    try:
+        return sandbox.stat(ids.file_path(file_id))
+    except BadRequest:
+        raise FileNotFound() from None
 
 
 def _open_file(sandbox: Sandbox, file_id: str, name: str | None = None) -> tuple[BinaryIO, FileInfo]:

@@ -70,6 +70,16 @@ class Settings(BaseSettings):
     exec_keepalive_seconds: float = 15.0
     # Files listed in one exec reply; the rest stay in the session and in its listing.
     max_files_per_run: int = 100
+    # A private S3 bucket through which downloads of large files go (README "Large files"):
+    # a download of at least `large_files_from_bytes` is answered with a redirect to it.
+    # Unset, every download is answered directly. The S3 endpoint comes from the AWS
+    # SDK's own settings (AWS_ENDPOINT_URL_S3 for a local one).
+    large_files_bucket: str | None = None
+    # Below Lambda's 6 MB response once base64-encoded (4/3 of the size), with room to spare.
+    large_files_from_bytes: int = 4_500_000
+    # The most a request can carry to this deployment, where something in front caps it
+    # (the SAM template: API Gateway's and Lambda's 6 MB). Only said in an upload's 413.
+    gateway_request_bytes: int | None = None
     # local backend limits (README: "Isolation and limits").
     run_cpu_seconds: int = 30  # CPU time of each process of a run
     # A whole run's memory (a cgroup), or each process's address space where the host has

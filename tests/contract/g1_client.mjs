@@ -61,7 +61,7 @@
  *    GET {base}/download/{session_id}/{id} for each artifact file afterwards.
  */
 import { randomBytes } from 'node:crypto';
-import { agentsVersion, failer, importIsolated, keepTrafficLocal } from '../contract_shared.mjs';
+import { LANGUAGE_PROGRAMS, agentsVersion, failer, importIsolated, keepTrafficLocal } from '../contract_shared.mjs';
 
 const fail = failer('g1_client');
 process.on('unhandledRejection', fail);
@@ -108,14 +108,14 @@ async function invokeCaught(tool, args, extra) {
 const refsFrom = (artifact) =>
   (artifact?.files ?? []).map((f) => ({ id: f.id, session_id: artifact.session_id, name: f.name }));
 
-const readCode = "print(open('out.txt').read())";
+const readCode = "print(open('/mnt/data/out.txt').read())";
 
 try {
   // (a) first run: print a token and write out.txt into the working dir.
   const tool1 = createCodeExecutionTool({ LIBRECHAT_CODE_API_KEY: API_KEY, user_id: USER_ID });
   const first = await invoke(tool1, {
     lang: 'py',
-    code: `print(${JSON.stringify(tokenStdout)})\nwith open('out.txt', 'w') as f:\n    f.write(${JSON.stringify(tokenFile)})\n`,
+    code: `print(${JSON.stringify(tokenStdout)})\nwith open('/mnt/data/out.txt', 'w') as f:\n    f.write(${JSON.stringify(tokenFile)})\n`,
   });
   const refs = refsFrom(first.artifact);
 
@@ -142,6 +142,12 @@ try {
   const badTool = createCodeExecutionTool({ LIBRECHAT_CODE_API_KEY: `${API_KEY}-wrong`, user_id: USER_ID });
   const badKey = await invokeCaught(badTool, { lang: 'py', code: "print('should not run')" });
 
+  // Each language once, a new session each (no files), as the model writes them.
+  const languages = {};
+  for (const [lang, code] of Object.entries(LANGUAGE_PROGRAMS)) {
+    languages[lang] = await invoke(tool1, { lang, code });
+  }
+
   clearTimeout(watchdog);
   process.stdout.write(JSON.stringify({
     client: { package: '@librechat/agents', version: pkgVersion, tool_name: TOOL_NAME },
@@ -153,6 +159,7 @@ try {
     injected,
     session_only: sessionOnly,
     bad_key: badKey,
+    languages,
   }) + '\n');
 } catch (e) {
   fail(e);

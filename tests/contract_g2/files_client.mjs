@@ -86,10 +86,10 @@ try {
     'import os',
     'from skills.pdf.scripts import pages',
     'from skills.pdf.lib import names',
-    "print(names.TITLE, pages.count(), open('skills/pdf/a/README.md').read().strip(), open('skills/pdf/b/README.md').read().strip())",
-    "open('alice_notes.txt', 'w').write('alice secret')",
+    "print(names.TITLE, pages.count(), open('/mnt/data/skills/pdf/a/README.md').read().strip(), open('/mnt/data/skills/pdf/b/README.md').read().strip())",
+    "open('/mnt/data/alice_notes.txt', 'w').write('alice secret')",
     "for name in ['Q3 #1.csv', 'what?.txt', '100% done.txt', 'résumé final.txt']:",
-    "    open(name, 'w').write(name)",
+    "    open('/mnt/data/' + name, 'w').write(name)",
     "os.makedirs('plots', exist_ok=True); open('plots/a.svg', 'w').write('<svg/>')",
     "open('skills/pdf/scripts/pages.py', 'a').write('# changed by a run\\n')",
     "import py_compile; py_compile.compile('skills/pdf/lib/names.py', doraise=True)",
@@ -119,7 +119,7 @@ try {
   // removes one file, and the reply says so.
   const again = await invoke(ALICE, {
     lang: 'py',
-    code: "import os\nprint(open('alice_notes.txt').read())\nos.remove('what?.txt')",
+    code: "import os\nprint(open('/mnt/data/alice_notes.txt').read())\nos.remove('/mnt/data/what?.txt')",
   }, ownRefs(alice.artifact));
 
   clearTimeout(watchdog);

@@ -44,7 +44,7 @@
  *  - The token is LibreChat's own (librechat.mjs).
  */
 import { randomBytes } from 'node:crypto';
-import { agentsVersion, failer, importIsolated, keepTrafficLocal } from '../contract_shared.mjs';
+import { LANGUAGE_PROGRAMS, agentsVersion, failer, importIsolated, keepTrafficLocal } from '../contract_shared.mjs';
 import { mint as mintFor } from './librechat.mjs';
 
 const fail = failer('g2_client');
@@ -108,13 +108,13 @@ const refsFrom = (artifact) => (artifact?.files ?? []).map((f) => ({
   storage_session_id: f.storage_session_id ?? artifact.session_id, kind: 'user',
 }));
 
-const readCode = "print(open('out.txt').read())";
+const readCode = "print(open('/mnt/data/out.txt').read())";
 
 try {
   const tool1 = createCodeExecutionTool({ user_id: USER_ID, authHeaders });
   const first = await invoke(tool1, {
     lang: 'py',
-    code: `print(${JSON.stringify(tokenStdout)})\nwith open('out.txt', 'w') as f:\n    f.write(${JSON.stringify(tokenFile)})\n`,
+    code: `print(${JSON.stringify(tokenStdout)})\nwith open('/mnt/data/out.txt', 'w') as f:\n    f.write(${JSON.stringify(tokenFile)})\n`,
   });
   const downloaded = await Promise.all((first.artifact?.files ?? []).map((f) => download(first.artifact, f)));
   const refs = refsFrom(first.artifact);
@@ -140,11 +140,17 @@ try {
     { lang: 'py', code: "print('should not run')" },
   );
 
+  // Each language once, a new session each (no files), as the model writes them.
+  const languages = {};
+  for (const [lang, code] of Object.entries(LANGUAGE_PROGRAMS)) {
+    languages[lang] = await invoke(tool1, { lang, code });
+  }
+
   clearTimeout(watchdog);
   process.stdout.write(JSON.stringify({
     client: { package: '@librechat/agents', version: pkgVersion, tool_name: TOOL_NAME },
     tokens: { stdout: tokenStdout, file: tokenFile },
-    first, downloaded, second, injected, other_tenant: otherTenant, expired,
+    first, downloaded, second, injected, other_tenant: otherTenant, expired, languages,
   }) + '\n');
 } catch (e) {
   fail(e);

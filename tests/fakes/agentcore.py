@@ -1,18 +1,38 @@
 """A local fake of the AgentCore Code Interpreter data plane, for tests only.
 
 It speaks REST-JSON and event-stream framing closely enough that the real botocore
-client, pointed at it by endpoint_url, parses every reply. A session is a temporary
-directory; code runs there with subprocess. It is a fake of a sandbox, not a sandbox:
-only trusted test programs go through it.
+client, pointed at it by endpoint_url, parses every reply. It is a fake of a sandbox,
+not a sandbox: only trusted test programs go through it.
+
+It behaves as AgentCore is documented or recorded to (../shared/FACTS.md):
+
+- Session ids are ULIDs (26 characters of Crockford's base32, a millisecond timestamp
+  first); `next_ids` makes the next sessions answer other ids.
+- A session is a microVM of its own: every process of a session runs under bubblewrap
+  with the host's filesystem and the session's own `/mnt` (empty at start), so a link
+  one session makes there is no other session's. writeFiles, readFiles, executeCode and
+  executeCommand share the session's working directory, which is not `/mnt/data`; the
+  file tools take paths relative to it and refuse absolute ones. It holds a visible
+  `log/` folder of the environment's, besides a hidden file.
+- executeCode runs JavaScript and TypeScript on Deno unless `runtime` is "nodejs". Deno
+  is simulated, distinguishably: the program is an ES module (so `require` is not
+  defined) with a `Deno` global, run by Node.
+- executeCommand runs on a terminal (a pty): lines end in CRLF, stderr comes in stdout.
+- startCommandExecution starts a command on a terminal and answers a task id at once;
+  getTask reports it, stopTask kills it.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import pty
 import secrets
+import select
 import shutil
-import string
+import signal
 import subprocess
 import tempfile
 import threading
@@ -26,7 +46,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import eventstream
 
-_ID_ALPHABET = string.ascii_uppercase + string.digits
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # The programs run with this environment only: nothing of the test process leaks in.
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 _STATUS = {
@@ -38,6 +58,32 @@ _STATUS = {
     "AccessDeniedException": 403,
     "InternalServerException": 500,
 }
+# Longer than any test run; a process still running then is killed.
+_PROCESS_SECONDS = 120
+# What the simulated Deno adds before a module's code.
+_DENO_PRELUDE = 'globalThis.Deno = Object.freeze({ version: { deno: "2 (simulated)" }, pid: process.pid });\n'
+
+
+def new_ulid() -> str:
+    """A ULID as AgentCore makes them: 48 bits of milliseconds, then 80 random bits."""
+    value = (int(time.time() * 1000) << 80) | secrets.randbits(80)
+    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+@dataclass
+class Task:
+    """A command started by startCommandExecution, running on a terminal of its own."""
+
+    id: str
+    process: subprocess.Popen[bytes]
+    output: bytearray = field(default_factory=bytearray)
+    status: str = "working"  # then completed, failed or canceled
+
+    def report(self) -> dict[str, Any]:
+        structured: dict[str, Any] = {"taskId": self.id, "taskStatus": self.status, "stdout": _text_of(self.output)}
+        if self.status != "working":
+            structured |= {"stderr": "", "exitCode": self.process.returncode}
+        return _result([_text(f"task {self.id} {self.status}")], structured)
 
 
 @dataclass
@@ -47,8 +93,13 @@ class Session:
     name: str | None
     timeout: int
     created: float
-    root: Path
+    home: Path  # the session's VM: its working directory and its own /mnt
     stopped: bool = False
+    tasks: dict[str, Task] = field(default_factory=dict)
+
+    @property
+    def workdir(self) -> Path:
+        return self.home / "work"
 
     def ready(self) -> bool:
         return not self.stopped and time.time() < self.created + self.timeout
@@ -56,6 +107,21 @@ class Session:
     def summary(self) -> dict[str, Any]:
         item = {"codeInterpreterIdentifier": self.interpreter, "sessionId": self.id, "createdAt": _iso(self.created)}
         return item | {"name": self.name, "status": "READY" if self.ready() else "TERMINATED"}
+
+    def in_vm(self, argv: list[str]) -> list[str]:
+        """argv as a process of this session's VM: the host's files, the VM's own /mnt."""
+        mnt = self.home / "mnt"
+        return ["bwrap", "--dev-bind", "/", "/", "--bind", str(mnt), "/mnt", "--chdir", str(self.workdir), *argv]
+
+    def spawn(self, argv: list[str], **streams: Any) -> subprocess.Popen[bytes]:
+        env = _ENV | {"HOME": str(self.workdir)}
+        return subprocess.Popen(self.in_vm(argv), env=env, start_new_session=True, **streams)
+
+    def end(self) -> None:
+        self.stopped = True
+        for task in self.tasks.values():
+            _kill(task.process)
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 class ApiError(Exception):
@@ -71,6 +137,10 @@ class FakeAgentCore:
     calls: list[str] = field(default_factory=list)  # "PUT sessions/start", "invoke readFiles", ...
     # Errors to answer instead of the next calls: (code, whether inside the event stream).
     faults: list[tuple[str, bool]] = field(default_factory=list)
+    # Ids the next started sessions get instead of fresh ULIDs.
+    next_ids: list[str] = field(default_factory=list)
+    # The arguments of every executeCode call, in order.
+    executed: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- the operations ---------------------------------------------------------------
@@ -82,11 +152,14 @@ class FakeAgentCore:
         timeout = int(body.get("sessionTimeoutSeconds", 900))
         if not 1 <= timeout <= 28_800:
             raise ApiError("ValidationException", "sessionTimeoutSeconds must be 1 to 28800")
-        session_id = "".join(secrets.choice(_ID_ALPHABET) for _ in range(26))
-        root = self.root / session_id
-        root.mkdir()
-        (root / ".profile").write_text("# the environment's own hidden file\n")
-        session = Session(session_id, interpreter, name, timeout, time.time(), root)
+        with self.lock:
+            session_id = self.next_ids.pop(0) if self.next_ids else new_ulid()
+        home = Path(tempfile.mkdtemp(prefix="vm-", dir=self.root))
+        session = Session(session_id, interpreter, name, timeout, time.time(), home)
+        (home / "mnt").mkdir()
+        (session.workdir / "log").mkdir(parents=True)
+        (session.workdir / "log" / "interpreter.log").write_text("session started\n")
+        (session.workdir / ".profile").write_text("# the environment's own hidden file\n")
         with self.lock:
             self.sessions[session_id] = session
         return {"codeInterpreterIdentifier": interpreter, "sessionId": session_id, "createdAt": _iso(session.created)}
@@ -106,9 +179,7 @@ class FakeAgentCore:
         return page | ({"nextToken": str(end)} if end < len(found) else {})
 
     def stop(self, interpreter: str, session_id: str) -> dict[str, Any]:
-        session = self._session(interpreter, session_id)
-        session.stopped = True
-        shutil.rmtree(session.root, ignore_errors=True)
+        self._session(interpreter, session_id).end()
         return {"codeInterpreterIdentifier": interpreter, "sessionId": session_id, "lastUpdatedAt": _iso(time.time())}
 
     def invoke(self, interpreter: str, session_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -121,25 +192,28 @@ class FakeAgentCore:
             "removeFiles": self._remove_files,
             "executeCommand": self._execute_command,
             "executeCode": self._execute_code,
+            "startCommandExecution": self._start_command,
+            "getTask": self._get_task,
+            "stopTask": self._stop_task,
         }
         if tool not in tools:
             raise ApiError("ValidationException", f"this fake does not implement {tool}")
-        return tools[tool](session.root, arguments)
+        return tools[tool](session, arguments)
 
     # -- the tools --------------------------------------------------------------------
 
-    def _write_files(self, root: Path, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _write_files(self, session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
         for item in arguments["content"]:
-            target = _inside(root, item["path"])
+            target = _inside(session.workdir, item["path"])
             target.parent.mkdir(parents=True, exist_ok=True)
             data = base64.b64decode(item["blob"]) if "blob" in item else item.get("text", "").encode()
             target.write_bytes(data)
         return _result([_text(f"wrote {len(arguments['content'])} files")])
 
-    def _read_files(self, root: Path, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _read_files(self, session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
         blocks = []
         for path in arguments["paths"]:
-            target = _inside(root, path)
+            target = _inside(session.workdir, path)
             if not target.is_file():
                 return _result([_text(f"no such file: {path}")], is_error=True)
             data = target.read_bytes()
@@ -151,34 +225,69 @@ class FakeAgentCore:
             blocks.append({"type": "resource", "resource": resource})
         return _result(blocks)
 
-    def _remove_files(self, root: Path, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _remove_files(self, session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
         for path in arguments["paths"]:
-            target = _inside(root, path)
+            target = _inside(session.workdir, path)
             if not target.is_file():
                 return _result([_text(f"no such file: {path}")], is_error=True)
             target.unlink()
         return _result([_text("removed")])
 
-    def _execute_command(self, root: Path, arguments: dict[str, Any]) -> dict[str, Any]:
-        return _process(["bash", "-c", arguments["command"]], root)
+    def _execute_command(self, session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+        started = time.monotonic()
+        output, exit_code = _on_terminal(session, ["bash", "-c", arguments["command"]])
+        stdout = _text_of(output)
+        structured = {"stdout": stdout, "stderr": "", "exitCode": exit_code, "executionTime": _ms_since(started)}
+        return _result([_text(stdout)], structured, is_error=exit_code != 0)
 
-    def _execute_code(self, root: Path, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _start_command(self, session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+        master, slave = pty.openpty()
+        process = session.spawn(["bash", "-c", arguments["command"]], stdin=slave, stdout=slave, stderr=slave)
+        os.close(slave)
+        task = Task(secrets.token_hex(8), process)
+        session.tasks[task.id] = task
+        threading.Thread(target=_follow, args=(task, master), daemon=True).start()
+        return _result([_text(f"started task {task.id}")], {"taskId": task.id, "taskStatus": "working"})
+
+    def _get_task(self, session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+        return self._task(session, arguments).report()
+
+    def _stop_task(self, session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+        task = self._task(session, arguments)
+        if task.status == "working":
+            _kill(task.process)
+            task.status = "canceled"
+        return task.report()
+
+    def _task(self, session: Session, arguments: dict[str, Any]) -> Task:
+        task = session.tasks.get(arguments.get("taskId", ""))
+        if task is None:
+            raise ApiError("ResourceNotFoundException", "no such task")
+        return task
+
+    def _execute_code(self, session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+        self.executed.append(arguments)
         language = arguments.get("language", "python")
+        runtime = arguments.get("runtime") or ("python" if language == "python" else "deno")
         with tempfile.TemporaryDirectory(prefix="fake-agentcore-code-") as tmp:
-            suffix = {"python": "py", "javascript": "js", "typescript": "ts"}[language]
-            source = Path(tmp) / f"main.{suffix}"
-            source.write_text(arguments["code"])
             if language == "python":
-                return _process(["python3", str(source)], root)
-            if language == "typescript":
-                # Types stripped, not checked (esbuild, as the local backend uses).
-                js = source.with_suffix(".js")
-                strip = ["esbuild", "--log-level=error", "--platform=node", "--format=cjs", f"--outfile={js}"]
-                stripped = _process([*strip, str(source)], root)
+                source = Path(tmp) / "main.py"
+                source.write_text(arguments["code"])
+                # A kernel started in the working directory: its modules import.
+                return _piped(session, ["env", f"PYTHONPATH={session.workdir}", "python3", str(source)])
+            # A Node program is CommonJS (require, no Deno); a Deno one an ES module with a Deno global.
+            module = "cjs" if runtime == "nodejs" else "esm"
+            program = Path(tmp) / f"main.{'c' if module == 'cjs' else 'm'}js"
+            program.write_text(arguments["code"])
+            if language == "typescript":  # types stripped, not checked
+                source = program.rename(Path(tmp) / "main.ts")
+                strip = ["esbuild", "--log-level=error", "--platform=node", f"--format={module}"]
+                stripped = _piped(session, [*strip, f"--outfile={program}", str(source)])
                 if stripped["isError"]:
                     return stripped
-                source = js
-            return _process(["node", str(source)], root)
+            if module == "esm":
+                program.write_text(_DENO_PRELUDE + program.read_text())
+            return _piped(session, ["node", str(program)])
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -195,6 +304,12 @@ class FakeAgentCore:
             if not self.faults or (self.faults[0][1] and not in_stream):
                 return None
             return self.faults.pop(0)
+
+    def close(self) -> None:
+        with self.lock:
+            sessions = list(self.sessions.values())
+        for session in sessions:
+            session.end()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -289,25 +404,82 @@ class RunningFake:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.fake.close()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
 
 
 def _inside(root: Path, path: str) -> Path:
+    # Recorded: an absolute path is refused as "potential path traversal".
     target = (root / path).resolve()
-    if not target.is_relative_to(root.resolve()):
-        raise ApiError("ValidationException", "the path leads out of the working directory")
+    if path.startswith("/") or not target.is_relative_to(root.resolve()):
+        raise ApiError("ValidationException", "Invalid file path: potential path traversal detected")
     return target
 
 
-def _process(argv: list[str], cwd: Path) -> dict[str, Any]:
+def _on_terminal(session: Session, argv: list[str]) -> tuple[bytes, int]:
+    """Run argv with a pty as its stdin, stdout and stderr; its output as the terminal
+    shows it (the line discipline turns each newline into CRLF), and its exit code."""
+    master, slave = pty.openpty()
+    process = session.spawn(argv, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    task = Task("", process)
+    _follow(task, master)
+    return bytes(task.output), process.returncode
+
+
+def _follow(task: Task, master: int) -> None:
+    """Read the task's terminal until its shell has ended and nothing more comes."""
+    deadline = time.monotonic() + _PROCESS_SECONDS
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: nothing holds the terminal any more
+                    break
+                if not chunk:
+                    break
+                task.output += chunk
+            elif task.process.poll() is not None:
+                break  # a background process may still hold the terminal: a terminal does not wait for it
+        else:
+            _kill(task.process)
+    finally:
+        os.close(master)
+        task.process.wait()
+        if task.status == "working":
+            task.status = "completed" if task.process.returncode == 0 else "failed"
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the whole group: bwrap, the shell, what it started
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _piped(session: Session, argv: list[str]) -> dict[str, Any]:
+    """Run argv with stdout and stderr apart (executeCode reports them apart)."""
     started = time.monotonic()
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, env=_ENV | {"HOME": str(cwd)}, timeout=120)
-    stdout, stderr = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
-    structured = {"stdout": stdout, "stderr": stderr, "exitCode": done.returncode}
-    structured["executionTime"] = time.monotonic() - started
-    return _result([_text(stdout)], structured, is_error=done.returncode != 0)
+    process = session.spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = process.communicate(timeout=_PROCESS_SECONDS)
+    except subprocess.TimeoutExpired:
+        _kill(process)
+        out, err = process.communicate()
+    stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+    structured = {"stdout": stdout, "stderr": stderr, "exitCode": process.returncode}
+    structured["executionTime"] = _ms_since(started)
+    return _result([_text(stdout)], structured, is_error=process.returncode != 0)
+
+
+def _text_of(output: bytes | bytearray) -> str:
+    return bytes(output).decode(errors="replace")
+
+
+def _ms_since(started: float) -> float:
+    return (time.monotonic() - started) * 1000
 
 
 def _result(content: list[dict[str, Any]], structured: dict[str, Any] | None = None, is_error: bool = False) -> dict:

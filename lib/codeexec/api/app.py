@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect
 
 from ..auth import make_authenticator
 from ..errors import BadRequest, ServiceError
+from ..large_files import LargeFiles
 from ..programmatic import Tokens
 from ..sandbox import make_sandboxes
 from ..sandbox.port import Sandboxes
@@ -44,7 +45,11 @@ def create_app(
         max_files_per_run=settings.max_files_per_run,
         max_upload_bytes=settings.max_upload_bytes,
     )
-    sessions = Sessions(sandboxes or make_sandboxes(settings), limits, Tokens(_token_secret(settings, api_key)))
+    large_files = None
+    if settings.large_files_bucket:
+        large_files = LargeFiles(settings.large_files_bucket, settings.large_files_from_bytes)
+    tokens = Tokens(_token_secret(settings, api_key))
+    sessions = Sessions(sandboxes or make_sandboxes(settings), limits, tokens, large_files)
     runs = settings.max_concurrent_runs or default_runs(settings.run_memory_bytes)
     admission = Admission(runs, settings.max_concurrent_uploads)
     app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None)

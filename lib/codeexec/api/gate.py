@@ -38,7 +38,7 @@ class Gate:
             scope.setdefault("state", {})["caller"] = await _caller(service, headers)
             limit = _body_limit(service, scope["path"])
             if int(headers.get("content-length") or 0) > limit:
-                raise TooLarge(f"the request is larger than its {limit} byte limit")
+                raise _too_large(service, scope["path"], limit)
         except ServiceError as refused:
             response = JSONResponse(refused.body(), status_code=refused.status, headers=refused.headers())
             return await response(scope, receive, send)
@@ -49,6 +49,17 @@ async def _caller(service: Service, headers: Headers) -> object:
     if "authorization" in headers:  # verifying a token may fetch the key set
         return await run_in_threadpool(service.auth.caller, headers)
     return service.auth.caller(headers)
+
+
+def _too_large(service: Service, path: str, limit: int) -> TooLarge:
+    details = f"the request is larger than its {limit} byte limit"
+    gateway = service.settings.gateway_request_bytes
+    if gateway and path.startswith(UPLOAD_PREFIX):  # on AWS: what API Gateway and Lambda carry
+        details += (
+            f"; a request to this deployment carries at most {gateway} bytes (a file counts 4/3 of"
+            " its size there), so a file that large cannot be uploaded to it at all"
+        )
+    return TooLarge(details)
 
 
 def _body_limit(service: Service, path: str) -> int:
@@ -72,7 +83,7 @@ async def _bounded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, lim
         received += len(message.get("body", b""))
         if received > limit:
             cut = True
-            refused = TooLarge(f"the request is larger than its {limit} byte limit")
+            refused = _too_large(scope["app"].state.service, scope["path"], limit)
             await JSONResponse(refused.body(), status_code=refused.status)(scope, receive, send)
             return {"type": "http.disconnect"}
         return message

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from enum import Enum
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,17 @@ class Sandbox(Protocol):
     def run(self, program: Program) -> RunResult:
         """Run the program with the artifact directory as its working directory. Its
         source lives outside that directory, so it never shows up as an output file."""
+
+
+@runtime_checkable
+class SendsFiles(Protocol):
+    """What a sandbox may offer beside the port (optional): sending one of its files
+    itself, from where it runs, so that a large download never passes through the
+    service. Without it, the service reads the file and sends it on."""
+
+    def send_file(self, path: str, url: str) -> None:
+        """PUT the file's bytes to `url`, a presigned URL that carries its own
+        authorization (the sandbox holds no credentials); FileNotFound as for open_file."""
 
 
 class Sandboxes(Protocol):

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import StreamingResponse
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.datastructures import UploadFile
 
 from ... import ids
@@ -48,12 +48,19 @@ async def upload_batch(request: Request, service: ServiceDep, caller: CallerDep)
 
 
 @router.get(DOWNLOAD_PATH)
-def download(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> StreamingResponse:
-    reader, info = service.sessions.open_file(caller, session_id, file_id)
-    name = info.path.rsplit("/", 1)[-1]
+def download(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> Response:
+    """The file's bytes; a large one (over what a Lambda response carries) as a redirect
+    to the large-files bucket, answering the same type and name from there."""
+    got = service.sessions.download(caller, session_id, file_id)
+    name = got.info.path.rsplit("/", 1)[-1]
     media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
-    headers = {"Content-Length": str(info.size), "Content-Disposition": _disposition(name)}
-    return StreamingResponse(_chunks(reader), media_type=media_type, headers=headers)
+    if got.reader is None:
+        assert got.key is not None and service.sessions.large_files is not None
+        url = service.sessions.large_files.get_url(got.key, media_type, _disposition(name))
+        # Not cached: the URL expires in minutes.
+        return RedirectResponse(url, status_code=302, headers={"Cache-Control": "no-store"})
+    headers = {"Content-Length": str(got.info.size), "Content-Disposition": _disposition(name)}
+    return StreamingResponse(_chunks(got.reader), media_type=media_type, headers=headers)
 
 
 @router.get(FILES_PATH)

@@ -21,16 +21,40 @@ Where a session's facts live, and why there:
   behind; a hold older than any call can last is taken over.
 
 The artifact directory is the session's working directory: writeFiles and readFiles take
-paths relative to it, and code runs in it. Its hidden top-level entries are the
-environment's (shell profiles, caches) and ours (`.codeexec/`): they are never listed.
+paths relative to it (and refuse absolute ones), and code runs in it. Its hidden
+top-level entries are the environment's (shell profiles, caches) and ours
+(`.codeexec/`), and so is its `log/` folder: none of them is ever listed.
+
+What the programs see, as on every backend:
+
+- `/mnt/data` is the working directory: each new session links it there first thing
+  (LibreChat's tool descriptions and its own read_file/write_file helpers use absolute
+  `/mnt/data/...` paths). The link is made by the sandbox user, else with `sudo -n`;
+  where neither may write `/mnt`, the session still works through relative paths and
+  the backend logs that it could not.
+- JavaScript and TypeScript run on Node.js (`runtime: "nodejs"`), not AgentCore's
+  default Deno, so `require` and `process` are what LibreChat's models expect.
+- bash runs as a command, and executeCommand answers as a terminal does (CRLF, stderr
+  mixed into stdout): its stdout and stderr go to files, which the same command hands
+  back base64-encoded, so both arrive apart and byte for byte.
+- A py/js/ts run that overruns is killed in the VM by a watchdog started just before it
+  (startCommandExecution), which reads the program's pid from a file the program's
+  first line writes; a bash run is under coreutils' `timeout`.
+
+Session ids on the wire are AgentCore's own, re-spelled in 21 characters
+(`session_ids.py`); a session AgentCore names otherwise is stopped and refused.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import json
+import logging
+import secrets
 import shlex
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,29 +62,60 @@ from typing import Any, BinaryIO
 
 from ...errors import BackendUnavailable, BadRequest, FileNotFound, SessionNotFound, TooLarge
 from ..port import FileInfo, Lease, Limit, LimitHit, OwnerTag, Program, RunResult
+from . import session_ids
 from .api import AgentCoreApi, TimedOut, ToolResult
 
+log = logging.getLogger("codeexec.agentcore")
+
 MAX_SESSION_SECONDS = 28_800  # AgentCore's ceiling for sessionTimeoutSeconds
-_SESSION_ID_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _NAME_PREFIX = "codeexec"
 _MARKER = ".codeexec/touched"
 _TOUCH = "mkdir -p .codeexec && touch .codeexec/touched"
 _HOLD = ".codeexec/hold"
-# Every regular file, recursively, as "size mtime path\0"; symlinks are neither followed
-# nor listed, and hidden top-level entries are skipped.
-_LIST = r"find . -path './.*' -prune -o -type f -printf '%s %T@ %P\0'"
+# A new session's first command: its touch, and /mnt/data linked to the working directory
+# (by the sandbox user, else by sudo where it may); exits 0 when /mnt/data is the working
+# directory.
+_SETUP = (
+    f"{_TOUCH} && here=$(pwd -P) && {{ [ -e /mnt/data ] || ln -s \"$here\" /mnt/data 2>/dev/null "
+    "|| sudo -n ln -s \"$here\" /mnt/data 2>/dev/null; }; [ \"$(cd /mnt/data 2>/dev/null && pwd -P)\" = \"$here\" ]"
+)
+# Top-level entries that are the environment's or ours, never a client's file: the hidden
+# ones, and the interpreter's visible log folder.
+_ENVIRONMENTS = ("log",)
+# Every regular file, recursively, as "size mtime path\0", base64-encoded so that the
+# terminal executeCommand runs on changes nothing (it turns newlines into CRLF, and would
+# mix find's complaints into the listing); symlinks are neither followed nor listed.
+_LIST = (
+    r"{ find . \( -path './.*' -o -path ./log \) -prune -o -type f -printf '%s %T@ %P\0'; } 2>/dev/null | base64 -w0"
+)
 # The seconds the client waits beyond a run's own time limit before giving up on it;
 # small, because the API function itself is stopped 4 s after RUN_TIMEOUT_SECONDS.
 _GRACE_SECONDS = 2
-# AgentCore runs these natively (executeCode); bash runs as a shell command.
-_NATIVE = {"py": "python", "js": "javascript", "ts": "typescript"}
+# AgentCore runs these natively (executeCode), JavaScript and TypeScript on Node.js.
+_NATIVE = {"py": ("python", None), "js": ("javascript", "nodejs"), "ts": ("typescript", "nodejs")}
 _LANGS = ("py", "js", "ts", "bash")
-# executeCode takes no argv: the arguments are set by one line put before the program.
-_ARGV_LINE = {
-    "python": "import sys; sys.argv[1:] = {}\n",
-    "javascript": "process.argv.splice(2, Infinity, ...{});\n",
-    "typescript": "(globalThis as any).process.argv.splice(2, Infinity, ...{});\n",
+# A native program's first line: it writes the program's pid where the watchdog reads it
+# ({pid_file}), and, with arguments, sets them (executeCode takes no argv). One line, so
+# that the program's own line numbers move by one only.
+_FIRST_LINE = {
+    "python": '__import__("builtins").open("{pid_file}", "w").write(str(__import__("os").getpid())); ',
+    "javascript": (
+        '(process.getBuiltinModule ? process.getBuiltinModule("fs") : require("fs"))'
+        '.writeFileSync("{pid_file}", String(process.pid)); '
+    ),
+    "typescript": (
+        '((globalThis as any).process.getBuiltinModule?.("fs") ?? require("fs"))'
+        '.writeFileSync("{pid_file}", String((globalThis as any).process.pid)); '
+    ),
 }
+_ARGV = {
+    "python": '__import__("sys").argv[1:] = {}',
+    "javascript": "process.argv.splice(2, Infinity, ...{});",
+    "typescript": "(globalThis as any).process.argv.splice(2, Infinity, ...{});",
+}
+# What a bash run's command prints after the program: its exit code and its stdout and
+# stderr in base64, after this marker (a terminal may put other output before it).
+_RUN_MARK = "CODEEXEC-RUN:"
 
 
 @dataclass(frozen=True)
@@ -74,17 +129,20 @@ class AgentCoreConfig:
 
 class AgentCoreSandbox:
     def __init__(self, lease: Lease, backend: AgentCoreSandboxes, fresh: bool) -> None:
-        self.id = lease.session_id
+        self.id = lease.session_id  # the wire id
         self.lease = lease
+        self._sid = _agentcore_id(lease.session_id)  # AgentCore's own, for its API
         self._api = backend.api
         self._backend = backend
         # A session this call just started is known to nobody else until the call answers.
         self._fresh = fresh
         self.touch_pending = True
+        # A command of ours the next command runs first (tidying up after a run).
+        self._pending = ""
 
     def write_file(self, path: str, data: BinaryIO, limit: int) -> None:
-        if _is_hidden(path):
-            raise BadRequest("file ids starting with '.' are reserved on this backend")
+        if _reserved(path):
+            raise BadRequest("file ids starting with '.' or 'log/' are reserved on this backend")
         # Read whole before sending: an oversized upload never reaches the session.
         blob = data.read(limit + 1)
         if len(blob) > limit:
@@ -93,18 +151,28 @@ class AgentCoreSandbox:
 
     def open_file(self, path: str) -> tuple[BinaryIO, FileInfo]:
         info = self.stat(path)
-        result = self._api.invoke(self.id, "readFiles", {"paths": [path]})
+        result = self._api.invoke(self._sid, "readFiles", {"paths": [path]})
         resources = [block.get("resource") or {} for block in result.content if block.get("type") == "resource"]
         data = _resource_bytes(resources[0]) if resources and not result.is_error else None
         if data is None:
             raise FileNotFound()
         return io.BytesIO(data), FileInfo(path, len(data), info.mtime_ns)
 
+    def send_file(self, path: str, url: str) -> None:
+        """The VM itself PUTs the file to `url` (a presigned S3 URL: no credentials in the
+        VM), so a file too large for a Lambda response never passes through the function."""
+        self.stat(path)
+        quoted = shlex.quote(f"./{path}")
+        limit = int(self._backend.hold_wait_seconds)
+        sent = self._command(f"curl -sSf --max-time {limit} -o /dev/null -T {quoted} {shlex.quote(url)} 2>/dev/null")
+        if sent.structured.get("exitCode") != 0:
+            raise BackendUnavailable("the session could not send the file to storage", retry_after=5)
+
     def stat(self, path: str) -> FileInfo:
-        if _is_hidden(path):
+        if _reserved(path):
             raise FileNotFound()
         quoted = shlex.quote(f"./{path}")
-        found = self._command(f"test -f {quoted} && ! test -L {quoted} && stat -c '%s %.9Y' {quoted}")
+        found = self._command(f"test -f {quoted} && ! test -L {quoted} && stat -c '%s %.9Y' {quoted} 2>/dev/null")
         info = _file_info(found.structured.get("stdout", "").strip() + " " + path)
         if found.structured.get("exitCode") != 0 or info is None:
             raise FileNotFound()
@@ -112,12 +180,14 @@ class AgentCoreSandbox:
 
     def list_files(self) -> list[FileInfo]:
         result = self._command(_LIST)
-        return [info for entry in result.structured.get("stdout", "").split("\0") if (info := _file_info(entry))]
+        encoded = "".join(result.structured.get("stdout", "").split())
+        listing = base64.b64decode(encoded).decode(errors="surrogateescape")
+        return [info for entry in listing.split("\0") if (info := _file_info(entry))]
 
     def remove_file(self, path: str) -> None:
-        if _is_hidden(path):
+        if _reserved(path):
             raise FileNotFound()
-        if self._api.invoke(self.id, "removeFiles", {"paths": [path]}).is_error:
+        if self._api.invoke(self._sid, "removeFiles", {"paths": [path]}).is_error:
             raise FileNotFound()
 
     @contextlib.contextmanager
@@ -129,7 +199,7 @@ class AgentCoreSandbox:
         try:
             yield
         finally:
-            self._api.invoke(self.id, "executeCommand", {"command": f"rmdir {_HOLD}"})
+            self._command(f"rmdir {_HOLD}")
 
     def _hold(self) -> None:
         # mkdir succeeds for one holder at a time. A hold older than the longest call
@@ -145,34 +215,67 @@ class AgentCoreSandbox:
             raise BackendUnavailable("the session is busy with another call", retry_after=2)
 
     def run(self, program: Program) -> RunResult:
-        language = _NATIVE.get(program.lang)
-        timeout = program.timeout
+        started = time.monotonic()
         try:
-            if language is None:
-                result = self._command(_shell(program.code, program.args, timeout))
-            else:
-                result = self._api.invoke(self.id, "executeCode", _code(language, program.code, program.args))
+            if program.lang in _NATIVE:
+                return self._run_native(program, started)
+            return self._run_bash(program, started)
         except TimedOut:
-            return RunResult("", "", None, (LimitHit(Limit.TIME, timeout, still_running=True),))
-        # Only a shell command runs under coreutils' timeout, which exits 124 when it fired.
-        timed_out = language is None and result.structured.get("exitCode") == 124
-        return _run_result(result, timeout if timed_out else None, self._backend.max_output_bytes)
+            return RunResult("", "", None, (LimitHit(Limit.TIME, program.timeout, still_running=True),))
+
+    def _run_bash(self, program: Program, started: float) -> RunResult:
+        result = self._command(_bash(program, self._backend.max_output_bytes))
+        stdout = result.structured.get("stdout", "")
+        exit_code, out, err = _bash_outcome(stdout[stdout.rfind(_RUN_MARK) + len(_RUN_MARK) :])
+        # coreutils' timeout exits 124 when it stopped the run, 137 when it had to kill it.
+        timed_out = exit_code == 124 or (exit_code == 137 and time.monotonic() - started >= program.timeout)
+        return _run_result(out, err, None if timed_out else exit_code, program, self._backend.max_output_bytes)
+
+    def _run_native(self, program: Program, started: float) -> RunResult:
+        language, runtime = _NATIVE[program.lang]
+        pid_file = f".codeexec/run-{secrets.token_hex(8)}"
+        # The watchdog kills the program at its time limit; once the run is over, the
+        # next command removes the pid file, and the watchdog then finds nothing to kill.
+        pid = f"$(cat {pid_file} 2>/dev/null)"
+        watchdog = f'sleep {program.timeout:g}; p={pid} && rm -f {pid_file} && kill -KILL "$p"'
+        self._command(watchdog, tool="startCommandExecution")
+        self._pending = f"rm -f {pid_file}; "
+        arguments = {"language": language, "code": _native_source(language, program, pid_file), "clearContext": True}
+        if runtime:
+            arguments["runtime"] = runtime
+        # clearContext: each run starts as a fresh program, as it would on any other backend.
+        result = self._api.invoke(self._sid, "executeCode", arguments)
+        stdout = result.structured.get("stdout")
+        exit_code: int | None = result.structured.get("exitCode", 1 if result.is_error else 0)
+        if exit_code != 0 and time.monotonic() - started >= program.timeout:
+            exit_code = None  # the watchdog stopped it
+        stderr = result.structured.get("stderr", "")
+        return _run_result(result.text() if stdout is None else stdout, stderr, exit_code, program,
+                           self._backend.max_output_bytes)  # fmt: skip
 
     def touch(self) -> None:
         if self.touch_pending:
             self._write([])
 
-    def _command(self, command: str) -> ToolResult:
+    def setup(self) -> None:
+        """A new session's first command: its touch, and /mnt/data."""
+        self.touch_pending = False
+        if self._command(_SETUP).structured.get("exitCode") != 0:
+            log.warning("AgentCore session without /mnt/data: the sandbox user cannot link it; relative paths work")
+
+    def _command(self, command: str, tool: str = "executeCommand") -> ToolResult:
+        command = self._pending + command
+        self._pending = ""
         if self.touch_pending:
             command = f"{_TOUCH}; {command}"
             self.touch_pending = False
-        return self._api.invoke(self.id, "executeCommand", {"command": command})
+        return self._api.invoke(self._sid, tool, {"command": command})
 
     def _write(self, content: list[dict[str, Any]]) -> None:
         if self.touch_pending:
             content = [*content, {"path": _MARKER, "text": ""}]
             self.touch_pending = False
-        if self._api.invoke(self.id, "writeFiles", {"content": content}).is_error:
+        if self._api.invoke(self._sid, "writeFiles", {"content": content}).is_error:
             raise BackendUnavailable("AgentCore could not write the file")
 
 
@@ -201,17 +304,24 @@ class AgentCoreSandboxes:
             raise ValueError("AgentCore chooses its session ids itself")
         name = _session_name(owner, shared, read_only, self.ttl_seconds)
         started = self.api.start(name, self.ttl_seconds)
-        lease = _lease_of(started["sessionId"], name, started["createdAt"].timestamp(), None)
+        wire_id = session_ids.to_wire(started["sessionId"])
+        if wire_id is None:
+            # Never hand out an id the service could not take back: that session would be lost.
+            self.api.stop(started["sessionId"])
+            raise BackendUnavailable("AgentCore named the session with an id that is not a ULID; it was stopped")
+        lease = _lease_of(wire_id, name, started["createdAt"].timestamp(), None)
         assert lease is not None
         sandbox = AgentCoreSandbox(lease, self, fresh=True)
+        sandbox.setup()
         yield sandbox
         sandbox.touch()
 
     @contextlib.contextmanager
     def open(self, session_id: str, admit: Callable[[Lease], bool]) -> Iterator[AgentCoreSandbox]:
-        if not _is_session_id(session_id):
+        agentcore_id = session_ids.from_wire(session_id)
+        if agentcore_id is None:
             raise SessionNotFound()
-        session = self.api.get(session_id)
+        session = self.api.get(agentcore_id)
         lease = _lease_of(session_id, session.get("name", ""), session["createdAt"].timestamp(), None)
         if session.get("status") != "READY" or lease is None or not admit(lease):
             raise SessionNotFound()
@@ -220,9 +330,10 @@ class AgentCoreSandboxes:
         sandbox.touch()
 
     def end(self, session_id: str) -> None:
-        if _is_session_id(session_id):
+        agentcore_id = session_ids.from_wire(session_id)
+        if agentcore_id is not None:
             with contextlib.suppress(SessionNotFound):
-                self.api.stop(session_id)
+                self.api.stop(agentcore_id)
 
     def cancel(self, run_key: str) -> None:
         """A no-op: the run key names no session, and a call that reaches another function
@@ -233,8 +344,11 @@ class AgentCoreSandboxes:
         """AgentCore has no lock the reaper could take without waiting. Instead, every
         call touches its session when it begins and lasts far less than the idle limit,
         so a session in use is never idle-due; the lease is read afresh before the stop."""
+        agentcore_id = session_ids.from_wire(session_id)
+        if agentcore_id is None:
+            return False
         try:
-            session = self.api.get(session_id)
+            session = self.api.get(agentcore_id)
         except SessionNotFound:
             return False
         lease = self._lease(session)
@@ -256,24 +370,26 @@ class AgentCoreSandboxes:
             yield from (lease for lease in pool.map(lease_now, sessions) if lease)
 
     def _lease(self, session: Mapping[str, Any]) -> Lease | None:
-        session_id, created = session["sessionId"], session["createdAt"].timestamp()
-        if _lease_of(session_id, session.get("name", ""), created, None) is None:
+        agentcore_id, created = session["sessionId"], session["createdAt"].timestamp()
+        wire_id = session_ids.to_wire(agentcore_id)
+        if wire_id is None or _lease_of(wire_id, session.get("name", ""), created, None) is None:
             return None  # not one of ours: not worth a round trip
         try:
-            touched = self._touched_at(session_id)
+            touched = self._touched_at(agentcore_id)
         except SessionNotFound:
             return None
-        return _lease_of(session_id, session.get("name", ""), created, touched)
+        return _lease_of(wire_id, session.get("name", ""), created, touched)
 
-    def _touched_at(self, session_id: str) -> float | None:
-        result = self.api.invoke(session_id, "executeCommand", {"command": f"stat -c %Y {_MARKER}"})
+    def _touched_at(self, agentcore_id: str) -> float | None:
+        result = self.api.invoke(agentcore_id, "executeCommand", {"command": f"stat -c %Y {_MARKER} 2>/dev/null"})
         stdout = result.structured.get("stdout", "").strip()
         return float(stdout) if stdout.isdigit() else None  # never touched: its lease began it
 
 
-def _is_session_id(session_id: str) -> bool:
-    # AgentCore's own pattern, [0-9a-zA-Z]{1,40}.
-    return 0 < len(session_id) <= 40 and _SESSION_ID_CHARS.issuperset(session_id)
+def _agentcore_id(wire_id: str) -> str:
+    agentcore_id = session_ids.from_wire(wire_id)
+    assert agentcore_id is not None, "a lease's id is always a wire id"
+    return agentcore_id
 
 
 def _session_name(owner: OwnerTag, shared: bool, read_only: bool, ttl_seconds: int) -> str:
@@ -293,8 +409,9 @@ def _lease_of(session_id: str, name: str, leased_at: float, touched_at: float | 
     return Lease(session_id, owner, "s" in flags, "r" in flags, leased_at, int(ttl), touched_at or leased_at)
 
 
-def _is_hidden(path: str) -> bool:
-    return path.startswith(".")
+def _reserved(path: str) -> bool:
+    top = path.split("/", 1)[0]
+    return top.startswith(".") or top in _ENVIRONMENTS
 
 
 def _resource_bytes(resource: Mapping[str, Any]) -> bytes | None:
@@ -316,28 +433,43 @@ def _file_info(entry: str) -> FileInfo | None:
     return FileInfo(path, int(size), int(seconds) * 1_000_000_000 + int(fraction[:9].ljust(9, "0")))
 
 
-def _shell(source: str, args: tuple[str, ...], timeout: float) -> str:
-    return f"timeout -k 2 {timeout:g} bash -c {shlex.quote(source)} main.sh {shlex.join(args)}"
+def _bash(program: Program, max_output_bytes: int) -> str:
+    """One command: the program in /mnt/data under a time limit, its stdin empty and its
+    stdout and stderr in files, then what it printed, read back within the output limit."""
+    run = f"bash -c {shlex.quote(program.code)} main.sh {shlex.join(program.args)}"
+    read = f"head -c {max_output_bytes + 1}"
+    return (
+        f"cd /mnt/data 2>/dev/null; mkdir -p .codeexec/run; "
+        f"timeout -k 1 {program.timeout:g} {run} </dev/null >.codeexec/run/out 2>.codeexec/run/err; rc=$?; "
+        f"printf '{_RUN_MARK}%s:' $rc; {read} .codeexec/run/out | base64 -w0; printf :; "
+        f"{read} .codeexec/run/err | base64 -w0; rm -f .codeexec/run/out .codeexec/run/err"
+    )
 
 
-def _code(language: str, source: str, args: tuple[str, ...]) -> dict[str, Any]:
-    if args:
-        source = _ARGV_LINE[language].format(json.dumps(list(args))) + source
-    # clearContext: each run starts as a fresh program, as it would on any other backend.
-    return {"language": language, "code": source, "clearContext": True}
+def _bash_outcome(marked: str) -> tuple[int | None, str, str]:
+    """The exit code, stdout and stderr a bash run's command printed after its marker."""
+    exit_code, _, rest = "".join(marked.split()).partition(":")
+    out, _, err = rest.partition(":")
+    try:
+        decoded = [base64.b64decode(part).decode(errors="replace") for part in (out, err)]
+    except ValueError:
+        raise BackendUnavailable("AgentCore answered a bash run with output this service cannot read") from None
+    return (int(exit_code) if exit_code.lstrip("-").isdigit() else None), decoded[0], decoded[1]
 
 
-def _run_result(result: ToolResult, timed_out_after: float | None, limit: int) -> RunResult:
-    stdout = result.structured.get("stdout")
-    if stdout is None:
-        stdout = result.text()
-    exit_code = result.structured.get("exitCode", 1 if result.is_error else 0)
+def _native_source(language: str, program: Program, pid_file: str) -> str:
+    first = _FIRST_LINE[language].format(pid_file=pid_file)
+    if program.args:
+        first += _ARGV[language].format(json.dumps(list(program.args)))
+    return f"{first}\n{program.code}"
+
+
+def _run_result(stdout: str, stderr: str, exit_code: int | None, program: Program, limit: int) -> RunResult:
     hits = []
-    if timed_out_after is not None:
-        hits.append(LimitHit(Limit.TIME, timed_out_after))
-        exit_code = None
+    if exit_code is None:
+        hits.append(LimitHit(Limit.TIME, program.timeout))
     stdout = _capped(stdout, "stdout", limit, hits)
-    stderr = _capped(result.structured.get("stderr", ""), "stderr", limit, hits)
+    stderr = _capped(stderr, "stderr", limit, hits)
     return RunResult(stdout, stderr, exit_code, tuple(hits))
 
 
