@@ -202,8 +202,20 @@ def test_the_reaper_ends_idle_sessions_only(
     assert passes[-1]["correlation_id"] == schedule["executionId"]
 
 
+def test_a_programmatic_run_through_the_handler_across_two_invocations(api: ModuleType) -> None:
+    asked = json_of(call(api, "programmatic"))
+    assert asked["status"] == "tool_call_required"
+    assert asked["tool_calls"] == [{"id": "call_001", "name": "get_weather", "input": {"city": "Paris"}}]
+    event = load_event("programmatic")
+    answers = [{"call_id": "call_001", "result": {"sky": "clear"}, "is_error": False}]
+    event["body"] = json.dumps({"continuation_token": asked["continuation_token"], "tool_results": answers})
+    done = json_of(api.handler(event, Context()))
+    assert (done["status"], done["stdout"]) == ("completed", "{'sky': 'clear'}\n")
+    assert json_of(call(api, "programmatic-cancel"))["status"] == "cancelled"
+
+
 def test_every_sample_event_is_exercised() -> None:
     exercised = {"health", "v1-health", "upload", "files", "download", "exec", "delete-file"}
-    exercised |= {"upload-batch", "object", "delete-object", "reaper", "env"}
+    exercised |= {"upload-batch", "object", "delete-object", "reaper", "env", "programmatic", "programmatic-cancel"}
     assert {p.stem for p in EVENTS.glob("*.json")} == exercised, "a new sample event needs a test here"
 
