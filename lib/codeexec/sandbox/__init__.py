@@ -45,4 +45,16 @@ def make_sandboxes(settings: Settings) -> Sandboxes:
                 max_output_bytes=settings.max_output_bytes,
             )
         )
+    if settings.sandbox_backend == "runner":
+        from .runner import RunnerConfig, RunnerSandboxes
+
+        if not (settings.runner_url and settings.runner_key):
+            raise RuntimeError("SANDBOX_BACKEND=runner needs RUNNER_URL and RUNNER_KEY")
+        return RunnerSandboxes(
+            RunnerConfig(
+                url=settings.runner_url,
+                key=settings.runner_key.get_secret_value(),
+                run_timeout_seconds=settings.run_timeout_seconds,
+            )
+        )
     raise RuntimeError(f"SANDBOX_BACKEND={settings.sandbox_backend} is not available")
