@@ -44,6 +44,14 @@ $(CONTRACT_G2)/node_modules/.installed: $(CONTRACT_G2)/package-lock.json
 serve: install
 	$(BIN)/python -m codeexec.server
 
+# The sandbox port over HTTP on RUNNER_HOST:RUNNER_PORT (127.0.0.1:8080), for the `runner`
+# backend (sam local, a MicroVM); RUNNER_KEY is made up and printed when unset.
+.PHONY: runner
+runner: install
+	@[ -n "$$RUNNER_KEY" ] || { export RUNNER_KEY=$$($(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(24))'); \
+	  echo "RUNNER_KEY was not set; this run's key is: $$RUNNER_KEY"; }; \
+	RUNNER_KEY=$${RUNNER_KEY} $(BIN)/python -m codeexec.runner
+
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
 # then one reaper pass over 10,000 leases.
 .PHONY: bench
@@ -75,7 +83,14 @@ sam: system-packages $(SAM_VENV)/.installed
 pytest: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
 	$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
-test: lint typecheck sam pytest
+# The API-level suites again, every sandbox leased from a runner on loopback (README "The runner").
+RUNNER_SUITES := tests/test_app.py tests/test_contract_g1.py tests/test_contract_g2.py tests/test_languages.py \
+  tests/test_security.py tests/test_limits.py tests/test_ownership.py tests/test_g2.py tests/test_tenants.py
+.PHONY: test-runner
+test-runner: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
+	CODEEXEC_TEST_BACKEND=runner $(BIN)/pytest $(RUNNER_SUITES)
+
+test: lint typecheck sam pytest test-runner
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam
