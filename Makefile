@@ -79,8 +79,22 @@ $(SAM_VENV)/.installed: requirements-sam.txt
 sam: system-packages $(SAM_VENV)/.installed
 	$(SAM) validate --lint
 
+# sam local with no registry (README "sam local"): a Docker engine and debootstrap from
+# Debian, and the stand-in for Lambda's base image, built for this host's architecture.
+SAM_LOCAL_PACKAGES := docker.io debootstrap iproute2
+HOST_ARCH := $(shell uname -m | sed 's/aarch64/arm64/')
+.PHONY: sam-local-deps sam-local-image
+sam-local-deps: system-packages $(SAM_VENV)/.installed
+	@dpkg -s $(SAM_LOCAL_PACKAGES) >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(SAM_LOCAL_PACKAGES); }
+
+# Into the engine at $$DOCKER_HOST (sam-local/dockerd.sh starts one where none runs).
+sam-local-image: sam-local-deps
+	$(SUDO) sam-local/base-image.sh $(HOST_ARCH)
+
 # pytest's exit code 5 (nothing collected) is not a failure of the suite.
-pytest: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
+pytest: install sam-local-deps $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
 	$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 # The API-level suites again, every sandbox leased from a runner on loopback (README "The runner").

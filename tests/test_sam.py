@@ -91,7 +91,8 @@ def test_sam_validates_and_builds_a_bundle(tmp_path: Path) -> None:
     required = {_normalized(re.split(r"[<>=!~\[; ]", line)[0]) for line in _requirements()}
     assert required <= installed
     # Native code is built for the functions' architecture, not this machine's.
-    [architecture] = TEMPLATE["Globals"]["Function"]["Architectures"]
+    assert TEMPLATE["Globals"]["Function"]["Architectures"] == [{"Ref": "Architecture"}]
+    architecture = TEMPLATE["Parameters"]["Architecture"]["Default"]
     machines = {int.from_bytes(so.read_bytes()[18:20], "little") for so in layer.rglob("*.so")}
     assert machines == {ELF_MACHINE[architecture]}
 
