@@ -85,6 +85,15 @@ class TooLarge(ServiceError):
     default_details = "the request or the file is over its size limit"
 
 
+class RateLimited(ServiceError):
+    """A cloud API refused for its rate limit (MicroVM launches: about 5 a second per
+    account) even after the client's own retries; the caller may retry after a while."""
+
+    status = 429
+    error = "rate_limited"
+    default_details = "too many sandboxes were started at once; try again shortly"
+
+
 class Unavailable(ServiceError):
     """Something the service needs cannot serve now; the caller may retry."""
 

@@ -57,4 +57,22 @@ def make_sandboxes(settings: Settings) -> Sandboxes:
                 run_timeout_seconds=settings.run_timeout_seconds,
             )
         )
+    if settings.sandbox_backend == "microvm":
+        from .microvm import MicrovmConfig, MicrovmSandboxes
+
+        if not (settings.microvm_image and settings.runner_key):
+            raise RuntimeError("SANDBOX_BACKEND=microvm needs MICROVM_IMAGE and RUNNER_KEY")
+        return MicrovmSandboxes(
+            MicrovmConfig(
+                image=settings.microvm_image,
+                runner_key=settings.runner_key.get_secret_value(),
+                lease_ttl_seconds=settings.lease_ttl_seconds,
+                idle_timeout_seconds=settings.idle_timeout_seconds,
+                run_timeout_seconds=settings.run_timeout_seconds,
+                egress_connector=settings.microvm_egress_connector,
+                ingress_connector=settings.microvm_ingress_connector,
+                endpoint_url=settings.microvm_endpoint_url,
+                boot_seconds=settings.microvm_boot_seconds,
+            )
+        )
     raise RuntimeError(f"SANDBOX_BACKEND={settings.sandbox_backend} is not available")
