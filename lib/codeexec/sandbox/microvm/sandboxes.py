@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import threading
 import time
 import uuid
@@ -231,6 +232,7 @@ class MicrovmSandboxes:
         except vm_ids.Unmappable:
             return None
         started = item["startedAt"].timestamp()
-        # A VM AWS suspended was idle for the idle limit; one awake is AWS's to watch.
-        touched = started if item["state"] in _ASLEEP else time.time()
+        # A VM AWS suspended was idle for the idle limit. One awake is AWS's to watch (its
+        # idle policy is the idle limit): never idle-due here, whatever the reaper's clock.
+        touched = started if item["state"] in _ASLEEP else math.inf
         return Lease(session_id, OwnerTag("", ""), False, False, started, self.ttl_seconds, touched)
