@@ -104,3 +104,29 @@ def _requirements() -> list[str]:
 
 def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _microvm_actions(function: str) -> set[str]:
+    """The lambda: actions the template grants the function when SandboxBackend=microvm."""
+    actions: set[str] = set()
+    for policy in functions()[function]["Policies"]:
+        if "Fn::If" in policy and policy["Fn::If"][0] == "UseMicrovm":
+            for statement in policy["Fn::If"][1]["Statement"]:
+                granted = statement["Action"]
+                actions |= {granted} if isinstance(granted, str) else set(granted)
+    return actions
+
+
+def test_each_function_is_granted_exactly_the_microvm_calls_it_makes() -> None:
+    # The API function leases (Run, then Get while the VM boots), opens (Get, a token for
+    # the runner) and ends a failed upload's session; the reaper lists, re-reads and ends.
+    assert _microvm_actions("ApiFunction") == {
+        "lambda:RunMicrovm", "lambda:GetMicrovm", "lambda:CreateMicrovmAuthToken", "lambda:TerminateMicrovm"
+    }  # fmt: skip
+    assert _microvm_actions("ReaperFunction") == {"lambda:ListMicrovms", "lambda:GetMicrovm", "lambda:TerminateMicrovm"}
+    resources = TEMPLATE["Resources"]
+    assert resources["EgressConnector"]["Properties"]["Configuration"]["VpcEgressConfiguration"]["SecurityGroupIds"]
+    egress = resources["MicrovmSecurityGroup"]["Properties"]["SecurityGroupEgress"]
+    assert [rule["CidrIp"] for rule in egress] == ["127.0.0.1/32"]  # no way out
+    env = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["MICROVM_EGRESS_CONNECTOR"] == {"Fn::If": ["UseMicrovm", {"Fn::GetAtt": "EgressConnector.Arn"}, ""]}

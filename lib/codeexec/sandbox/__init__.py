@@ -48,24 +48,24 @@ def make_sandboxes(settings: Settings) -> Sandboxes:
     if settings.sandbox_backend == "runner":
         from .runner import RunnerConfig, RunnerSandboxes
 
-        if not (settings.runner_url and settings.runner_key):
+        if not (settings.runner_url and _runner_key(settings)):
             raise RuntimeError("SANDBOX_BACKEND=runner needs RUNNER_URL and RUNNER_KEY")
         return RunnerSandboxes(
             RunnerConfig(
                 url=settings.runner_url,
-                key=settings.runner_key.get_secret_value(),
+                key=_runner_key(settings),
                 run_timeout_seconds=settings.run_timeout_seconds,
             )
         )
     if settings.sandbox_backend == "microvm":
         from .microvm import MicrovmConfig, MicrovmSandboxes
 
-        if not (settings.microvm_image and settings.runner_key):
+        if not (settings.microvm_image and _runner_key(settings)):
             raise RuntimeError("SANDBOX_BACKEND=microvm needs MICROVM_IMAGE and RUNNER_KEY")
         return MicrovmSandboxes(
             MicrovmConfig(
                 image=settings.microvm_image,
-                runner_key=settings.runner_key.get_secret_value(),
+                runner_key=_runner_key(settings),
                 lease_ttl_seconds=settings.lease_ttl_seconds,
                 idle_timeout_seconds=settings.idle_timeout_seconds,
                 run_timeout_seconds=settings.run_timeout_seconds,
@@ -76,3 +76,7 @@ def make_sandboxes(settings: Settings) -> Sandboxes:
             )
         )
     raise RuntimeError(f"SANDBOX_BACKEND={settings.sandbox_backend} is not available")
+
+
+def _runner_key(settings: Settings) -> str:
+    return settings.runner_key.get_secret_value() if settings.runner_key else ""
