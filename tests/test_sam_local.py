@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from .docker_engine import docker_engine
 from .serving import free_port
 
 ROOT = Path(__file__).parent.parent
@@ -47,24 +47,8 @@ def _stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
 
 @pytest.fixture
 def docker_host() -> Iterator[str]:
-    # Short: containerd's sockets live under it, and a socket path holds 108 bytes at most.
-    run = Path(tempfile.mkdtemp(prefix="cxd-", dir="/tmp"))
-    started = subprocess.run(
-        [ROOT / "sam-local" / "dockerd.sh", "start", run], capture_output=True, text=True, timeout=120
-    )
-    try:
-        assert started.returncode == 0, started.stderr
-        host = started.stdout.strip().removeprefix("DOCKER_HOST=")
+    with docker_engine() as host:
         yield host
-    finally:
-        env = {**os.environ, "DOCKER_HOST": f"unix://{run}/docker.sock"}
-        leftovers = subprocess.run(["docker", "ps", "-aq"], env=env, capture_output=True, text=True).stdout.split()
-        if leftovers:
-            subprocess.run(["docker", "rm", "-f", *leftovers], env=env, capture_output=True, timeout=60)
-        subprocess.run([ROOT / "sam-local" / "dockerd.sh", "stop", run], timeout=60, check=True)
-        pid = int((run / "dockerd.pid").read_text() or 0) if (run / "dockerd.pid").exists() else 0
-        assert not pid or not Path(f"/proc/{pid}").exists(), "dockerd is still running"
-        shutil.rmtree(run, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,0 +1,123 @@
+"""The Docker Compose set-up for self-hosters, for real: the image built from the project on
+a Debian base bootstrapped from Debian's packages (no registry), compose.yaml brought up
+in an engine of the test's own, and the real @librechat/agents 3.9.2 client answered
+through it. Everything is taken down again, the engine included."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .docker_engine import docker_engine
+from .serving import free_port
+from .test_contract_g2 import CLIENTS, KID, drive_client
+from .test_tokens import Issuer
+
+ROOT = Path(__file__).parent.parent
+IMAGE = "codeexec/runner:test"
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("dockerd") and shutil.which("debootstrap") and shutil.which("docker-compose"))
+    or os.geteuid() != 0,
+    reason="needs root, dockerd, debootstrap and docker-compose: `make sam-local-deps` installs them",
+)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[str]:
+    with docker_engine() as host:
+        env = {**os.environ, "DOCKER_HOST": host}
+        script = ROOT / "docker" / "debian-base.sh"
+        base = subprocess.run([script], env=env, capture_output=True, text=True, timeout=900)
+        assert base.returncode == 0, base.stdout + base.stderr
+        # The build reaches Debian's and PyPI's mirrors through the host's network: the
+        # engine's own bridge has no way out.
+        build = ["docker", "build", "--network", "host", "--build-arg", "BASE=codeexec/debian:bookworm", "-t", IMAGE]
+        built = subprocess.run([*build, "."], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        yield host
+
+
+@pytest.fixture
+def issuer(tmp_path: Path) -> Issuer:
+    made = Issuer(tmp_path / "config" / "jwks.json")
+    (tmp_path / "config").mkdir()
+    made.add_key(KID, "EdDSA")
+    return made
+
+
+@pytest.fixture
+def service(engine: str, issuer: Issuer, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """compose.yaml up, as a self-hoster with LibreChat v0.8.6+ sets it; yields (base URL, key)."""
+    port, key = free_port(), secrets.token_urlsafe(24)
+    env = {
+        **os.environ,
+        "DOCKER_HOST": engine,
+        "CODEEXEC_IMAGE": IMAGE,
+        "CODEEXEC_PORT": str(port),
+        "CODEEXEC_CONFIG_DIR": str(issuer.path.parent),
+        "RUNNER_KEY": secrets.token_urlsafe(24),
+        "CODE_EXEC_API_KEY": key,
+        "CODE_EXEC_AUTH_MODES": "key,jwt",
+        "CODE_EXEC_JWT_JWKS_URL": "file:///etc/codeexec/jwks.json",
+        "CODE_EXEC_JWT_ISSUER": "librechat",
+        "CODE_EXEC_JWT_AUDIENCE": "codeapi",
+    }
+    compose = ["docker-compose", "-p", f"cx{secrets.token_hex(4)}", "-f", str(ROOT / "compose.yaml")]
+    up = subprocess.run([*compose, "up", "-d", "--no-build"], env=env, capture_output=True, text=True, timeout=300)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            logs = subprocess.run([*compose, "logs"], env=env, capture_output=True, text=True).stdout
+            assert time.monotonic() < deadline, logs[-4000:]
+            time.sleep(1)
+        yield f"{base}/v1", key
+    finally:
+        subprocess.run([*compose, "down", "-v", "--remove-orphans"], env=env, capture_output=True, timeout=300)
+
+
+def test_the_g2_client_runs_through_the_compose_set_up(service: tuple[str, str], issuer: Issuer) -> None:
+    assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
+    base, _ = service
+    result = drive_client(base, issuer)
+    assert result["client"]["version"].startswith("3.9.")
+    first = result["first"]
+    assert first["threw"] is False, first["error"]
+    assert first["content"].startswith(f"stdout:\n{result['tokens']['stdout']}\n")
+    assert result["downloaded"][0]["status"] == 200
+    assert result["second"]["content"] == f"stdout:\n{result['tokens']['file']}"
+
+
+def test_a_run_in_the_runner_container_reaches_no_network(service: tuple[str, str]) -> None:
+    base, key = service
+    code = """
+import socket
+for host, port in [("codeexec", 8000), ("codeexec-runner", 8080), ("127.0.0.1", 8080), ("deb.debian.org", 80)]:
+    try:
+        socket.create_connection((host, port), timeout=2)
+        print(host, "REACHED")
+    except OSError as exc:
+        print(host, "refused", type(exc).__name__)
+"""
+    answer = httpx.post(f"{base}/exec", headers={"X-API-Key": key}, json={"lang": "py", "code": code}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    lines = answer.json()["stdout"].splitlines()
+    assert len(lines) == 4 and not [line for line in lines if "REACHED" in line], lines
+    # Every language's toolchain is in the image.
+    languages = httpx.get(f"{base.removesuffix('/v1')}/health").json()
+    assert len(languages.get("languages", [])) == 13, languages
