@@ -9,11 +9,18 @@ ENV DEBIAN_FRONTEND=noninteractive
 COPY deps/apt.txt /tmp/apt.txt
 RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends $(grep -hv '^#' /tmp/apt.txt) nodejs npm \
- && npm install -g --prefix /usr/local --no-audit --no-fund --loglevel=error esbuild@${ESBUILD_VERSION} \
- && apt-get clean && rm -rf /var/lib/apt/lists/* /root/.npm /tmp/apt.txt
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/apt.txt
+# Certificate authorities the build host trusts beyond Debian's (a proxy's, say): `make
+# image` puts them here, so npm and pip reach their registries from behind it too.
+COPY docker/ca-certificates/ /usr/local/share/ca-certificates/
+RUN update-ca-certificates >/dev/null \
+ && NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
+    npm install -g --prefix /usr/local --no-audit --no-fund --loglevel=error esbuild@${ESBUILD_VERSION} \
+ && rm -rf /root/.npm
 COPY lib /src/lib
 RUN python3 -m venv /opt/codeexec \
- && /opt/codeexec/bin/pip install -q --no-cache-dir "/src/lib[server,agentcore,runner]" \
+ && PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+    /opt/codeexec/bin/pip install -q --no-cache-dir "/src/lib[server,agentcore,runner]" \
  && rm -rf /src
 # The runner listens on the MicroVM endpoint's default port; its sessions live in a volume.
 ENV PATH=/opt/codeexec/bin:$PATH RUNNER_HOST=0.0.0.0 RUNNER_PORT=8080 SANDBOX_ROOT=/var/lib/codeexec

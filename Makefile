@@ -81,7 +81,7 @@ sam: system-packages $(SAM_VENV)/.installed
 
 # sam local with no registry (README "sam local"): a Docker engine and debootstrap from
 # Debian, and the stand-in for Lambda's base image, built for this host's architecture.
-SAM_LOCAL_PACKAGES := docker.io debootstrap iproute2
+SAM_LOCAL_PACKAGES := docker.io docker-compose debootstrap iproute2
 HOST_ARCH := $(shell uname -m | sed 's/aarch64/arm64/')
 .PHONY: sam-local-deps sam-local-image
 sam-local-deps: system-packages $(SAM_VENV)/.installed
@@ -92,6 +92,19 @@ sam-local-deps: system-packages $(SAM_VENV)/.installed
 # Into the engine at $$DOCKER_HOST (sam-local/dockerd.sh starts one where none runs).
 sam-local-image: sam-local-deps
 	$(SUDO) sam-local/base-image.sh $(HOST_ARCH)
+
+# The runner's image (Dockerfile) into the engine at $$DOCKER_HOST; BASE=debian:bookworm-slim
+# where a registry is reachable, else the base is bootstrapped from Debian's packages.
+.PHONY: image microvm-artifact
+image: sam-local-deps
+	docker/build-image.sh codeexec/runner:latest
+
+# What AWS builds the MicroVM image from (template.yaml MicrovmArtifactUri): the project's
+# Dockerfile at the root, and what it copies. Upload it to S3 yourself; SAM does not.
+microvm-artifact:
+	mkdir -p .aws-sam && rm -f .aws-sam/microvm-runner.zip
+	git archive --format=zip -o .aws-sam/microvm-runner.zip HEAD Dockerfile .dockerignore deps/apt.txt lib docker/ca-certificates
+	@echo ".aws-sam/microvm-runner.zip: aws s3 cp it to s3://<bucket>/<key>, then MicrovmArtifactUri=s3://<bucket>/<key>"
 
 # pytest's exit code 5 (nothing collected) is not a failure of the suite.
 pytest: install sam-local-deps $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
