@@ -26,6 +26,7 @@ from codeexec.sandbox.port import Sandboxes
 from codeexec.settings import Settings
 
 from .fakes.agentcore import RunningFake
+from .serving import free_port as free_port  # tests import it from here
 from .serving import runner_settings, running_runner, serving
 
 API_KEY = "test-key-0123456789"
