@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from .docker_engine import docker_engine
 from .serving import free_port
@@ -50,10 +51,55 @@ def issuer(tmp_path: Path) -> Issuer:
     return made
 
 
+def compose_up(config: dict, project: str, env: dict[str, str]) -> list[str]:
+    """compose.yaml brought up as Compose v2 (`docker compose up`) does, with the docker CLI:
+    Debian 12's docker-compose is 1.29, which resolves the file (`config`) but cannot pass
+    `systempaths=unconfined` to the engine; the docker CLI can. Returns what to take down."""
+    made: list[str] = []
+
+    def docker(*args: str) -> None:
+        done = subprocess.run(["docker", *args], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (args, done.stderr)
+
+    # Compose makes the project's default network whether the file names it or not.
+    for name, network in {"default": {}, **(config.get("networks") or {})}.items():
+        docker("network", "create", *(["--internal"] if network.get("internal") else []), f"{project}_{name}")
+        made.append(f"network:{project}_{name}")
+    for name in config.get("volumes") or {}:
+        docker("volume", "create", f"{project}_{name}")
+        made.append(f"volume:{project}_{name}")
+    services = config["services"]
+    for name in sorted(services, key=lambda n: len(services[n].get("depends_on") or [])):
+        service, container = services[name], f"{project}_{name}"
+        networks = list(service.get("networks") or ["default"])
+        args = ["run", "-d", "--name", container, "--network", f"{project}_{networks[0]}", "--network-alias", name]
+        for key, value in (service.get("environment") or {}).items():
+            args += ["-e", f"{key}={value if value is not None else ''}"]
+        for opt in service.get("security_opt") or []:
+            args += ["--security-opt", opt]
+        for volume in service.get("volumes") or []:  # "source:target:mode"; a named volume's is the project's
+            source, rest = volume.split(":", 1)
+            args += ["-v", f"{source if source.startswith('/') else f'{project}_{source}'}:{rest}"]
+        for port in service.get("ports") or []:  # "host ip:published:target/tcp"
+            args += ["-p", port]
+        docker(*args, service["image"], *(service.get("command") or []))
+        made.insert(0, f"container:{container}")
+        for network in networks[1:]:
+            docker("network", "connect", "--alias", name, f"{project}_{network}", container)
+    return made
+
+
+def compose_down(made: list[str], env: dict[str, str]) -> None:
+    for thing in made:
+        kind, name = thing.split(":", 1)
+        command = {"container": ["rm", "-f"], "network": ["network", "rm"], "volume": ["volume", "rm", "-f"]}[kind]
+        subprocess.run(["docker", *command, name], env=env, capture_output=True, timeout=120)
+
+
 @pytest.fixture
 def service(engine: str, issuer: Issuer, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """compose.yaml up, as a self-hoster with LibreChat v0.8.6+ sets it; yields (base URL, key)."""
-    port, key = free_port(), secrets.token_urlsafe(24)
+    port, key, project = free_port(), secrets.token_urlsafe(24), f"cx{secrets.token_hex(4)}"
     env = {
         **os.environ,
         "DOCKER_HOST": engine,
@@ -67,10 +113,16 @@ def service(engine: str, issuer: Issuer, tmp_path: Path) -> Iterator[tuple[str, 
         "CODE_EXEC_JWT_ISSUER": "librechat",
         "CODE_EXEC_JWT_AUDIENCE": "codeapi",
     }
-    compose = ["docker-compose", "-p", f"cx{secrets.token_hex(4)}", "-f", str(ROOT / "compose.yaml")]
-    up = subprocess.run([*compose, "up", "-d", "--no-build"], env=env, capture_output=True, text=True, timeout=300)
+    resolved = subprocess.run(
+        ["docker-compose", "-p", project, "-f", str(ROOT / "compose.yaml"), "config"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert resolved.returncode == 0, resolved.stderr
+    config = yaml.safe_load(resolved.stdout)
+    assert "networks" in config["services"]["codeexec"]
+    made: list[str] = []
     try:
-        assert up.returncode == 0, up.stdout + up.stderr
+        made = compose_up(config, project, env)
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
         while True:
@@ -79,12 +131,15 @@ def service(engine: str, issuer: Issuer, tmp_path: Path) -> Iterator[tuple[str, 
                     break
             except httpx.HTTPError:
                 pass
-            logs = subprocess.run([*compose, "logs"], env=env, capture_output=True, text=True).stdout
-            assert time.monotonic() < deadline, logs[-4000:]
+            if time.monotonic() > deadline:
+                logs = subprocess.run(
+                    ["docker", "logs", f"{project}_codeexec"], env=env, capture_output=True, text=True
+                )
+                raise AssertionError(logs.stdout[-3000:] + logs.stderr[-3000:])
             time.sleep(1)
         yield f"{base}/v1", key
     finally:
-        subprocess.run([*compose, "down", "-v", "--remove-orphans"], env=env, capture_output=True, timeout=300)
+        compose_down(made, env)
 
 
 def test_the_g2_client_runs_through_the_compose_set_up(service: tuple[str, str], issuer: Issuer) -> None:
