@@ -17,8 +17,8 @@ import hmac
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, BinaryIO, cast
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, BinaryIO, TypeVar, cast
 
 import anyio.from_thread
 from starlette.applications import Starlette
@@ -37,6 +37,7 @@ from .holds import Holds, acquire_or_abandon
 
 log = logging.getLogger("codeexec.runner")
 CHUNK = 1 << 16
+T = TypeVar("T")
 # How long the runner waits for a session's exclusive hold before answering "busy".
 MAX_HOLD_WAIT_SECONDS = 300.0
 
@@ -253,39 +254,35 @@ async def _end(request: Request) -> Response:
     return JSONResponse({"ended": ended})
 
 
-async def _list(request: Request) -> Response:
+async def _in_session(request: Request, action: Callable[[LocalSandbox], T]) -> T:
+    """`action` on the request's session, in a worker thread (it blocks on files and runs)."""
     runner, session_id = _runner(request), request.path_params["sid"]
 
-    def listing() -> list[dict[str, Any]]:
+    def work() -> T:
         with runner.opened(session_id) as sandbox:
-            return [protocol.file_json(info) for info in sandbox.list_files()]
+            return action(sandbox)
 
-    return JSONResponse(await run_in_threadpool(listing))
+    return await run_in_threadpool(work)
+
+
+async def _list(request: Request) -> Response:
+    listing = await _in_session(request, lambda sandbox: sandbox.list_files())
+    return JSONResponse([protocol.file_json(info) for info in listing])
 
 
 async def _write(request: Request) -> Response:
-    runner, session_id, path = _runner(request), request.path_params["sid"], _path(request)
+    path = _path(request)
     if "limit" not in request.query_params:
         raise BadRequest("a write names its size limit")
     limit = int(_number(request, "limit", 0))
-    body = _StreamedBody(request.stream())
-
-    def write() -> None:
-        with runner.opened(session_id) as sandbox:
-            sandbox.write_file(path, cast(BinaryIO, body), limit)
-
-    await run_in_threadpool(write)
+    body = cast(BinaryIO, _StreamedBody(request.stream()))
+    await _in_session(request, lambda sandbox: sandbox.write_file(path, body, limit))
     return JSONResponse({"written": path})
 
 
 async def _read(request: Request) -> Response:
-    runner, session_id, path = _runner(request), request.path_params["sid"], _path(request)
-
-    def open_file() -> tuple[BinaryIO, Any]:
-        with runner.opened(session_id) as sandbox:
-            return sandbox.open_file(path)
-
-    reader, info = await run_in_threadpool(open_file)
+    path = _path(request)
+    reader, info = await _in_session(request, lambda sandbox: sandbox.open_file(path))
 
     def chunks() -> Iterator[bytes]:
         with reader:
@@ -301,37 +298,22 @@ async def _read(request: Request) -> Response:
 
 
 async def _remove(request: Request) -> Response:
-    runner, session_id, path = _runner(request), request.path_params["sid"], _path(request)
-
-    def remove() -> None:
-        with runner.opened(session_id) as sandbox:
-            sandbox.remove_file(path)
-
-    await run_in_threadpool(remove)
+    path = _path(request)
+    await _in_session(request, lambda sandbox: sandbox.remove_file(path))
     return JSONResponse({"removed": path})
 
 
 async def _stat(request: Request) -> Response:
-    runner, session_id, path = _runner(request), request.path_params["sid"], _path(request)
-
-    def stat() -> dict[str, Any]:
-        with runner.opened(session_id) as sandbox:
-            return protocol.file_json(sandbox.stat(path))
-
-    return JSONResponse(await run_in_threadpool(stat))
+    path = _path(request)
+    return JSONResponse(protocol.file_json(await _in_session(request, lambda sandbox: sandbox.stat(path))))
 
 
 async def _run(request: Request) -> Response:
-    runner, session_id = _runner(request), request.path_params["sid"]
     program = protocol.program_of(await _json(request))
-    if program.lang not in runner.sandboxes.languages:
+    if program.lang not in _runner(request).sandboxes.languages:
         raise UnsupportedLanguage(f"lang '{program.lang}' is not available on this runner")
-
-    def run() -> dict[str, Any]:
-        with runner.opened(session_id) as sandbox:
-            return protocol.result_json(sandbox.run(program))
-
-    return JSONResponse(await run_in_threadpool(run))
+    result = await _in_session(request, lambda sandbox: sandbox.run(program))
+    return JSONResponse(protocol.result_json(result))
 
 
 async def _cancel(request: Request) -> Response:
