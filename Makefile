@@ -44,6 +44,14 @@ $(CONTRACT_G2)/node_modules/.installed: $(CONTRACT_G2)/package-lock.json
 serve: install
 	$(BIN)/python -m codeexec.server
 
+# The sandbox port over HTTP on RUNNER_HOST:RUNNER_PORT (127.0.0.1:8080), for the `runner`
+# backend (sam local, a MicroVM); RUNNER_KEY is made up and printed when unset.
+.PHONY: runner
+runner: install
+	@[ -n "$$RUNNER_KEY" ] || { export RUNNER_KEY=$$($(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(24))'); \
+	  echo "RUNNER_KEY was not set; this run's key is: $$RUNNER_KEY"; }; \
+	RUNNER_KEY=$${RUNNER_KEY} $(BIN)/python -m codeexec.runner
+
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
 # one reaper pass over 10,000 leases, and the service under more than it takes on. It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
@@ -79,11 +87,52 @@ $(SAM_VENV)/.installed: requirements-sam.txt
 sam: system-packages $(SAM_VENV)/.installed
 	$(SAM) validate --lint
 
+# sam local with no registry (README "sam local"): a Docker engine and debootstrap from
+# Debian, and the stand-in for Lambda's base image, built for this host's architecture.
+SAM_LOCAL_PACKAGES := docker.io docker-compose debootstrap iproute2
+HOST_ARCH := $(shell uname -m | sed 's/aarch64/arm64/')
+.PHONY: sam-local-deps sam-local-image
+sam-local-deps: system-packages $(SAM_VENV)/.installed
+	@dpkg -s $(SAM_LOCAL_PACKAGES) >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(SAM_LOCAL_PACKAGES); }
+
+# Into the engine at $$DOCKER_HOST (sam-local/dockerd.sh starts one where none runs).
+sam-local-image: sam-local-deps
+	$(SUDO) sam-local/base-image.sh $(HOST_ARCH)
+
+# The runner's image (Dockerfile) into the engine at $$DOCKER_HOST; BASE=debian:bookworm-slim
+# where a registry is reachable, else the base is bootstrapped from Debian's packages.
+.PHONY: image microvm-artifact
+image: sam-local-deps
+	docker/build-image.sh codeexec/runner:latest
+
+# The compose set-up's sessions: a btrfs filesystem at CODEEXEC_SESSIONS (an image beside it,
+# loop-mounted), each session a subvolume the kernel holds to its disk limit.
+CODEEXEC_SESSIONS ?= /var/lib/codeexec-sessions
+.PHONY: compose-storage
+compose-storage: install
+	$(SUDO) $(BIN)/python -m codeexec.sandbox.local.storage $(CODEEXEC_SESSIONS)
+
+# What AWS builds the MicroVM image from (template.yaml MicrovmArtifactUri): the project's
+# Dockerfile at the root, and what it copies. Upload it to S3 yourself; SAM does not.
+microvm-artifact:
+	mkdir -p .aws-sam && rm -f .aws-sam/microvm-runner.zip
+	git archive --format=zip -o .aws-sam/microvm-runner.zip HEAD Dockerfile .dockerignore deps/apt.txt lib docker/ca-certificates
+	@echo ".aws-sam/microvm-runner.zip: aws s3 cp it to s3://<bucket>/<key>, then MicrovmArtifactUri=s3://<bucket>/<key>"
+
 # pytest's exit code 5 (nothing collected) is not a failure of the suite.
-pytest: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
+pytest: install sam-local-deps $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
 	$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
-test: lint typecheck sam pytest
+# The API-level suites again, every sandbox leased from a runner on loopback (README "The runner").
+RUNNER_SUITES := tests/test_app.py tests/test_contract_g1.py tests/test_contract_g2.py tests/test_languages.py \
+  tests/test_security.py tests/test_limits.py tests/test_ownership.py tests/test_g2.py tests/test_tenants.py
+.PHONY: test-runner
+test-runner: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
+	CODEEXEC_TEST_BACKEND=runner $(BIN)/pytest $(RUNNER_SUITES)
+
+test: lint typecheck sam pytest test-runner
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam

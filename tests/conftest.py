@@ -1,31 +1,38 @@
-"""Shared fixtures: a sandbox root, settings, the app in-process, and the app on loopback."""
+"""Shared fixtures: a sandbox root, settings, the app in-process, and the app on loopback.
+
+With CODEEXEC_TEST_BACKEND=runner (`make test-runner`), every app a test builds for the
+`local` backend leases its sandboxes from a runner instead: one started on loopback from
+the very same settings (root, limits), and the app switched to SANDBOX_BACKEND=runner.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
-import socket
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
+from codeexec.api import app as app_module
 from codeexec.api.app import create_app
+from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.local import btrfs
 from codeexec.sandbox.local.storage import Storage
+from codeexec.sandbox.port import Sandboxes
 from codeexec.settings import Settings
 
 from .fakes.agentcore import RunningFake
+from .serving import free_port as free_port  # tests import it from here
+from .serving import runner_settings, running_runner, serving
 
 API_KEY = "test-key-0123456789"
+CODEEXEC_TEST_BACKEND = os.environ.get("CODEEXEC_TEST_BACKEND", "local")
 
 
 # One btrfs filesystem for every test's sandbox root (the local backend's storage needs
@@ -42,6 +49,8 @@ def sandbox_storage() -> Path:
 @pytest.fixture
 def sandbox_root(sandbox_storage: Path) -> Iterator[Path]:
     root = Path(tempfile.mkdtemp(prefix="root-", dir=sandbox_storage))
+    os.chown(root, 0, Settings().sandbox_gid)  # as the service closes a root: the sandbox uid passes
+    root.chmod(0o710)
     yield root
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     for entry in root.iterdir():  # sessions are subvolumes: one call each, whatever is in them
@@ -72,27 +81,26 @@ def client(app: FastAPI) -> TestClient:
     return TestClient(app, headers={"X-API-Key": API_KEY})
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def live_server(app: FastAPI) -> Iterator[str]:
     """The app served by uvicorn on 127.0.0.1; yields the base URL ending in /v1."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(app) as url:
+        yield f"{url}/v1"
+
+
+@pytest.fixture(autouse=CODEEXEC_TEST_BACKEND == "runner")
+def local_through_a_runner(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every `local` app of the test leases from a runner of the same settings."""
+    with contextlib.ExitStack() as runners:
+
+        def through_a_runner(settings: Settings) -> Sandboxes:
+            if settings.sandbox_backend != "local":
+                return make_sandboxes(settings)
+            url, _ = runners.enter_context(running_runner(settings))
+            return make_sandboxes(runner_settings(settings, url))
+
+        monkeypatch.setattr(app_module, "make_sandboxes", through_a_runner)
+        yield
 
 
 @pytest.fixture

@@ -150,7 +150,8 @@ def test_sam_validates_and_builds_a_bundle(tmp_path: Path) -> None:
     required = {_normalized(re.split(r"[<>=!~\[; ]", line)[0]) for line in _requirements()}
     assert required <= installed
     # Native code is built for the functions' architecture, not this machine's.
-    [architecture] = TEMPLATE["Globals"]["Function"]["Architectures"]
+    assert TEMPLATE["Globals"]["Function"]["Architectures"] == [{"Ref": "Architecture"}]
+    architecture = TEMPLATE["Parameters"]["Architecture"]["Default"]
     machines = {int.from_bytes(so.read_bytes()[18:20], "little") for so in layer.rglob("*.so")}
     assert machines == {ELF_MACHINE[architecture]}
     # ... and for the functions' Python: pydantic's core is a CPython 3.12 extension.
@@ -164,3 +165,29 @@ def _requirements() -> list[str]:
 
 def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _microvm_actions(function: str) -> set[str]:
+    """The lambda: actions the template grants the function when SandboxBackend=microvm."""
+    actions: set[str] = set()
+    for policy in functions()[function]["Policies"]:
+        if "Fn::If" in policy and policy["Fn::If"][0] == "UseMicrovm":
+            for statement in policy["Fn::If"][1]["Statement"]:
+                granted = statement["Action"]
+                actions |= {granted} if isinstance(granted, str) else set(granted)
+    return actions
+
+
+def test_each_function_is_granted_exactly_the_microvm_calls_it_makes() -> None:
+    # The API function leases (Run, then Get while the VM boots), opens (Get, a token for
+    # the runner) and ends a failed upload's session; the reaper lists, re-reads and ends.
+    assert _microvm_actions("ApiFunction") == {
+        "lambda:RunMicrovm", "lambda:GetMicrovm", "lambda:CreateMicrovmAuthToken", "lambda:TerminateMicrovm"
+    }  # fmt: skip
+    assert _microvm_actions("ReaperFunction") == {"lambda:ListMicrovms", "lambda:GetMicrovm", "lambda:TerminateMicrovm"}
+    resources = TEMPLATE["Resources"]
+    assert resources["EgressConnector"]["Properties"]["Configuration"]["VpcEgressConfiguration"]["SecurityGroupIds"]
+    egress = resources["MicrovmSecurityGroup"]["Properties"]["SecurityGroupEgress"]
+    assert [rule["CidrIp"] for rule in egress] == ["127.0.0.1/32"]  # no way out
+    env = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["MICROVM_EGRESS_CONNECTOR"] == {"Fn::If": ["UseMicrovm", {"Fn::GetAtt": "EgressConnector.Arn"}, ""]}

@@ -104,11 +104,13 @@ class TooLarge(ServiceError):
 
 
 class RateLimited(ServiceError):
-    """Too many calls at once: refused at once, with the hint the G2 client reads."""
+    """Too many calls at once, of this service or of a cloud API after the client's own
+    retries (MicroVM launches: about 5 a second per account): refused at once, with the
+    hint the G2 client reads."""
 
     status = 429
     error = "rate_limited"
-    default_details = "the service is at its limit of calls at once; try again shortly"
+    default_details = "too many calls at once; try again shortly"
 
     def __init__(self, details: str | None = None, *, retry_after: int = 1) -> None:
         super().__init__(details, retry_after=retry_after)

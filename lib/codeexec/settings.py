@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     code_exec_jwt_org_claim: str = "tenant_id"  # the claim LibreChat (v0.8.6+) puts its tenant in
     code_exec_jwt_algorithms: Annotated[frozenset[str], NoDecode] = frozenset({"RS256", "ES256", "EdDSA"})
 
-    sandbox_backend: Literal["local", "agentcore"] = "local"
+    sandbox_backend: Literal["local", "agentcore", "runner", "microvm"] = "local"
     # local backend: one directory per session under here.
     # local backend: one btrfs subvolume per session under here; made a btrfs filesystem
     # of its own (an image beside it, loop-mounted) when it is not on one.
@@ -48,6 +48,18 @@ class Settings(BaseSettings):
     # agentcore backend (the region comes from AWS_REGION, as for any AWS client).
     agentcore_code_interpreter_id: str = "aws.codeinterpreter.v1"
     agentcore_endpoint_url: str | None = None  # another endpoint, such as a local fake
+    # runner backend: a `python -m codeexec.runner` to lease sandboxes from. RUNNER_KEY is
+    # the key the runner demands and the backend sends (README: "The runner").
+    runner_url: str | None = None
+    runner_key: SecretStr | None = None
+    # microvm backend (README: "The MicroVM backend"): the image VMs run, the connector that
+    # closes their egress, and another control-plane endpoint, such as the tests' fake.
+    microvm_image: str | None = None
+    microvm_egress_connector: str | None = None
+    microvm_ingress_connector: str | None = None
+    microvm_endpoint_url: str | None = None
+    # How long a new VM may take to answer before it counts as failed to boot.
+    microvm_boot_seconds: float = 60.0
 
     lease_ttl_seconds: int = 86_400  # LibreChat re-uploads files older than 23 hours
     idle_timeout_seconds: int = 3_600

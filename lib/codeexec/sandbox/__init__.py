@@ -48,4 +48,38 @@ def make_sandboxes(settings: Settings) -> Sandboxes:
                 max_output_bytes=settings.max_output_bytes,
             )
         )
+    if settings.sandbox_backend == "runner":
+        from .runner import RunnerConfig, RunnerSandboxes
+
+        if not (settings.runner_url and _runner_key(settings)):
+            raise RuntimeError("SANDBOX_BACKEND=runner needs RUNNER_URL and RUNNER_KEY")
+        return RunnerSandboxes(
+            RunnerConfig(
+                url=settings.runner_url,
+                key=_runner_key(settings),
+                run_timeout_seconds=settings.run_timeout_seconds,
+            )
+        )
+    if settings.sandbox_backend == "microvm":
+        from .microvm import MicrovmConfig, MicrovmSandboxes
+
+        if not (settings.microvm_image and _runner_key(settings)):
+            raise RuntimeError("SANDBOX_BACKEND=microvm needs MICROVM_IMAGE and RUNNER_KEY")
+        return MicrovmSandboxes(
+            MicrovmConfig(
+                image=settings.microvm_image,
+                runner_key=_runner_key(settings),
+                lease_ttl_seconds=settings.lease_ttl_seconds,
+                idle_timeout_seconds=settings.idle_timeout_seconds,
+                run_timeout_seconds=settings.run_timeout_seconds,
+                egress_connector=settings.microvm_egress_connector,
+                ingress_connector=settings.microvm_ingress_connector,
+                endpoint_url=settings.microvm_endpoint_url,
+                boot_seconds=settings.microvm_boot_seconds,
+            )
+        )
     raise RuntimeError(f"SANDBOX_BACKEND={settings.sandbox_backend} is not available")
+
+
+def _runner_key(settings: Settings) -> str:
+    return settings.runner_key.get_secret_value() if settings.runner_key else ""

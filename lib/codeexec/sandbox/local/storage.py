@@ -16,6 +16,9 @@ SANDBOX_ROOT is a btrfs filesystem (or a directory in one) with quota groups on,
 With no such filesystem at SANDBOX_ROOT, the service (as root) makes one: a sparse image
 file beside the root, formatted btrfs and loop-mounted there. A root that exists but is
 someone else's, or on another filesystem with things in it, is refused at start.
+
+    python -m codeexec.sandbox.local.storage PATH    makes one at PATH ahead of time (for a
+                                                     runner in a container: compose.yaml)
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +123,9 @@ def over_limit(exc: OSError, limit: int) -> Exception:
 
 
 def _on_btrfs(root: Path) -> bool:
+    """Whether the root is, or, made, will be, on btrfs (made here when its parent is)."""
+    if not root.exists() and root.parent.is_dir() and btrfs.is_btrfs(str(root.parent)):
+        root.mkdir(mode=0o700)
     return root.is_dir() and btrfs.is_btrfs(str(root))
 
 
@@ -162,7 +169,20 @@ def _mount_inert(root: Path) -> None:
     _command("mount", "-o", "remount,bind,nosuid,nodev", str(root))
 
 
+def main() -> None:
+    from ...settings import Settings
+
+    settings = Settings()
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else settings.sandbox_root
+    Storage.prepare(root, settings.max_session_bytes, settings.sandbox_gid, settings.sandbox_image_bytes)
+    print(f"SANDBOX_ROOT {root}: btrfs with quota groups, nosuid,nodev")
+
+
 def _command(*argv: str) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{argv[0]} failed preparing SANDBOX_ROOT: {done.stderr.strip()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The boundary to one runner (`python -m codeexec.runner`): HTTP in, the port's errors out.
+
+Every failure becomes one of `codeexec.errors` here, as `agentcore/api.py` does for AWS:
+an error the runner answered in its own words crosses as itself (a missing file is a
+FileNotFound on both sides), a runner that cannot be reached or answers otherwise is the
+backend being unavailable, which the caller may retry. Nothing logged here quotes a body.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from ...errors import BackendUnavailable, ServiceError
+from ...runner import protocol
+
+log = logging.getLogger("codeexec.runner.client")
+
+
+class TimedOut(BackendUnavailable):
+    """The runner did not answer within the client's read timeout."""
+
+
+class RunnerClient:
+    def __init__(
+        self,
+        base_url: str,
+        key: str,
+        read_timeout: float,
+        headers: Callable[[], Mapping[str, str]] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._extra_headers = headers
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers={protocol.KEY_HEADER: key},
+            timeout=httpx.Timeout(read_timeout, connect=10.0),
+            transport=transport,
+        )
+
+    def call(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> Any:
+        """One request; its JSON answer."""
+        with self.stream(method, path, timeout, **kwargs) as response:
+            response.read()
+            return response.json()
+
+    @contextlib.contextmanager
+    def stream(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> Iterator[httpx.Response]:
+        """One request whose answer is read by the caller as it arrives."""
+        if timeout is not None:
+            kwargs["timeout"] = httpx.Timeout(timeout, connect=10.0)
+        headers = dict(self._extra_headers()) if self._extra_headers else {}
+        with _mapped(method, path), self._http.stream(method, path, headers=headers, **kwargs) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise protocol.error_of(response.status_code, _json_or_none(response))
+            yield response
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+@contextlib.contextmanager
+def _mapped(method: str, path: str) -> Iterator[None]:
+    # The route's first segment only: session ids and paths stay out of the logs.
+    route = path.split("/")[1] if "/" in path else path
+    try:
+        yield
+    except ServiceError:
+        raise
+    except httpx.TimeoutException as exc:
+        log.warning("runner %s /%s timed out", method, route)
+        raise TimedOut("the sandbox runner did not answer in time", retry_after=1) from exc
+    except httpx.HTTPError as exc:
+        log.warning("runner %s /%s failed: %s", method, route, type(exc).__name__)
+        raise BackendUnavailable("the sandbox runner could not be reached", retry_after=5) from exc
+
+
+class ResponseReader(io.RawIOBase):
+    """A streamed answer's body as a file the caller reads and closes; closing it ends the
+    request. Bytes arrive as the caller reads them, never held whole."""
+
+    def __init__(self, stack: contextlib.ExitStack, response: httpx.Response) -> None:
+        self._stack = stack
+        self._chunks = response.iter_raw()
+        self._left = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        with _mapped("GET", "/sessions"):
+            while not self._left:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    return 0
+                self._left = chunk
+        size = min(len(buffer), len(self._left))
+        buffer[:size] = self._left[:size]
+        self._left = self._left[size:]
+        return size
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stack.close()
+        super().close()

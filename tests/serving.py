@@ -1,0 +1,62 @@
+"""ASGI apps served by uvicorn in a thread of the test process, and runners started from settings."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from codeexec.runner.app import Runner, create_runner_app
+from codeexec.runner.build import build_runner
+from codeexec.settings import Settings
+
+RUNNER_KEY = "runner-key-0123456789"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def serving(app: Any, host: str = "127.0.0.1", port: int | None = None) -> Iterator[str]:
+    """Serve `app` until the block ends; yields its base URL (no trailing slash)."""
+    port = port or free_port(host)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def running_runner(settings: Settings, host: str = "127.0.0.1") -> Iterator[tuple[str, Runner]]:
+    """A runner of the `local` backend these settings describe, keyed RUNNER_KEY."""
+    from pydantic import SecretStr
+
+    runner = build_runner(settings.model_copy(update={"runner_key": SecretStr(RUNNER_KEY)}))
+    with serving(create_runner_app(runner, sweep_seconds=0.2), host) as url:
+        yield url, runner
+
+
+def runner_settings(settings: Settings, url: str) -> Settings:
+    """The service's settings, leasing from the runner at `url`."""
+    from pydantic import SecretStr
+
+    return settings.model_copy(
+        update={"sandbox_backend": "runner", "runner_url": url, "runner_key": SecretStr(RUNNER_KEY)}
+    )

@@ -1,0 +1,188 @@
+"""The `microvm` backend against a local fake of the MicroVMs control plane (tests/fakes/
+microvms.py) that the real botocore client talks to, whose VMs are real runners on
+loopback: leasing, every language, files, reaping, a VM that dies while it boots, and
+launches past the rate limit."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from codeexec.api.app import create_app
+from codeexec.reaper import reap
+from codeexec.sandbox.microvm import vm_ids
+from codeexec.settings import Settings
+
+from .calls import file_id, names, run, upload
+from .conftest import API_KEY
+from .fakes.microvms import FakeMicrovms, running_fake
+from .test_languages import ARG, HELLO, TOKEN
+
+IMAGE = "arn:aws:lambda:us-east-1:123456789012:microvm-image:codeexec-runner"
+EGRESS = "arn:aws:lambda:us-east-1:123456789012:network-connector:codeexec-no-egress"
+RUNNER_KEY = "microvm-runner-key-0123"
+
+
+@pytest.fixture
+def fake(aws_env: None, settings: Settings, tmp_path: Path) -> Iterator[FakeMicrovms]:
+    root = Path(settings.sandbox_root) / "vms"  # reachable by the sandbox uid, unlike tmp_path
+    with running_fake(root, settings) as running:
+        yield running
+
+
+@pytest.fixture
+def app(settings: Settings, fake: FakeMicrovms) -> FastAPI:
+    microvm = {
+        "sandbox_backend": "microvm",
+        "microvm_image": IMAGE,
+        "microvm_egress_connector": EGRESS,
+        "microvm_endpoint_url": fake.base_url,
+        "runner_key": SecretStr(RUNNER_KEY),
+        "lease_ttl_seconds": 7200,
+        "idle_timeout_seconds": 600,
+        "microvm_boot_seconds": 20,
+    }
+    return create_app(settings.model_copy(update=microvm))
+
+
+@pytest.fixture
+def client(app: FastAPI) -> TestClient:
+    return TestClient(app, headers={"X-API-Key": API_KEY})
+
+
+def test_a_session_is_a_microvm_launched_with_the_lease_and_no_egress(client: TestClient, fake: FakeMicrovms) -> None:
+    body = run(client, "open('out.txt', 'w').write('vm'); print(6 * 7)")
+    assert (body["stdout"], body["stderr"]) == ("42\n", "")
+    session = body["session_id"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{21}", session)
+    [launch] = fake.launches
+    assert vm_ids.vm_of(session) in fake.vms
+    assert launch["imageIdentifier"] == IMAGE
+    assert launch["maximumDurationInSeconds"] == 7200  # the lease TTL
+    assert launch["idlePolicy"]["maxIdleDurationSeconds"] == 600  # the idle limit
+    assert launch["idlePolicy"]["autoResumeEnabled"] is True
+    assert launch["egressNetworkConnectors"] == [EGRESS]
+    payload = json.loads(launch["runHookPayload"])  # how the VM learns its owner and key
+    assert payload["runner_key"] == RUNNER_KEY and set(payload["owner"]) == {"org", "user"}
+    # A second run lands in the same VM, and reads what the first wrote.
+    again = run(client, "print(open('out.txt').read())", session_id=session)
+    assert (again["session_id"], again["stdout"]) == (session, "vm\n")
+    assert len(fake.launches) == 1
+
+
+def test_the_endpoint_wants_a_minted_token_and_the_runner_its_key(client: TestClient, fake: FakeMicrovms) -> None:
+    session = upload(client, "a.txt", b"x")["session_id"]
+    vm = fake.vms[vm_ids.vm_of(session)]
+    endpoint = f"{fake.base_url}/endpoints/{vm.id}/sessions"
+    assert httpx.get(endpoint, headers={"X-aws-proxy-port": "8080"}).status_code == 403
+    token = next(iter(vm.tokens))
+    proxied = {"X-aws-proxy-auth": token, "X-aws-proxy-port": "8080"}
+    assert httpx.get(endpoint, headers=proxied).status_code == 401  # the runner's own key is missing
+    assert httpx.get(endpoint, headers={**proxied, "X-Runner-Key": RUNNER_KEY}).status_code == 200
+
+
+@pytest.mark.parametrize("lang", sorted(HELLO))
+def test_every_language_runs_in_a_microvm(client: TestClient, lang: str) -> None:
+    body = run(client, HELLO[lang], lang, args=[ARG])
+    assert (body["stdout"], body["stderr"]) == (f"{TOKEN}\n{ARG}\n", "")
+    assert names(body) == ["out.txt"]
+
+
+def test_files_upload_list_download_delete(client: TestClient) -> None:
+    blob = bytes(range(256)) * 512
+    up = upload(client, "data/blob.bin", blob)
+    session = up["session_id"]
+    blob_id = file_id(session, "data/blob.bin")
+    listing = client.get(f"/v1/files/{session}", params={"detail": "summary"}).json()
+    assert [(f["path"], f["size"]) for f in listing] == [("data/blob.bin", len(blob))]
+    assert client.get(f"/v1/download/{session}/{blob_id}").content == blob
+    ran = run(client, "print(len(open('data/blob.bin','rb').read()))", session_id=session)
+    assert ran["stdout"] == f"{len(blob)}\n"
+    assert client.delete(f"/v1/files/{session}/{blob_id}").status_code == 200
+    assert client.get(f"/v1/files/{session}").json() == []
+
+
+def test_another_organization_cannot_address_the_session(client: TestClient) -> None:
+    session = upload(client, "a.txt", b"secret")["session_id"]
+    other = client.get(f"/v1/files/{session}", headers={"User-Id": "u2"})
+    assert other.status_code == 200  # the key holder naming no user is the organization's own server
+    assert client.get(f"/v1/files/{'B' * 21}").status_code == 404  # no such VM
+    assert client.get("/v1/files/abc_def______________").status_code == 404  # no VM id maps to it
+
+
+def test_the_reaper_ends_what_aws_suspended_and_what_outlived_its_ttl(
+    client: TestClient, app: FastAPI, fake: FakeMicrovms
+) -> None:
+    sandboxes = app.state.service.sessions.sandboxes
+    idle = upload(client, "a.txt", b"x")["session_id"]
+    busy = upload(client, "b.txt", b"y")["session_id"]
+    assert reap(sandboxes, 600).ended == 0  # both awake: AWS keeps their idle clocks
+
+    fake.vms[vm_ids.vm_of(busy)].last_traffic += 650  # called meanwhile
+    fake.advance(620)  # the idle one is suspended
+    assert fake.vms[vm_ids.vm_of(idle)].state == "SUSPENDED"
+    report = reap(sandboxes, 600, clock=lambda: fake.now())
+    assert (report.seen, report.ended) == (2, 1)
+    assert client.get(f"/v1/files/{idle}").status_code == 404
+    assert client.get(f"/v1/files/{busy}").status_code == 200
+
+    report = reap(sandboxes, 600, clock=lambda: fake.now() + 7200)  # past the TTL
+    assert report.ended == 1
+    assert fake.running() == []
+    assert list(sandboxes.leases()) == []
+
+
+def test_a_vm_that_dies_while_it_boots_is_a_503_to_retry(client: TestClient, fake: FakeMicrovms) -> None:
+    fake.die_on_boot = True
+    answer = client.post("/v1/exec", json={"lang": "py", "code": "print(1)"})
+    assert answer.status_code == 503
+    assert "stopped while it booted" in answer.json()["details"]
+    assert answer.json()["retry_after_seconds"] >= 1
+    assert fake.running() == []
+    assert run(client, "print(2)")["stdout"] == "2\n"  # the next launch works
+
+
+def test_a_vm_id_that_maps_to_no_session_id_is_refused_and_ended(client: TestClient, fake: FakeMicrovms) -> None:
+    fake.next_ids = ["microvm-" + "a" * 40]
+    answer = client.post("/v1/upload", files={"file": ("a.txt", b"x")})
+    assert answer.status_code == 503
+    assert "cannot be a 21-character session id" in answer.json()["details"]
+    assert fake.running() == []
+
+
+def test_launches_past_the_rate_limit_answer_429_with_aws_retry_hint(client: TestClient, fake: FakeMicrovms) -> None:
+    fake.throttled = 1  # one refusal: botocore's own retries absorb it
+    assert run(client, "print(1)")["stdout"] == "1\n"
+
+    fake.throttled, fake.retry_after = 10, 4  # more than botocore retries
+    answer = client.post("/v1/exec", json={"lang": "py", "code": "print(1)"})
+    assert answer.status_code == 429
+    assert answer.json()["error"] == "rate_limited"
+    assert answer.json()["retry_after_seconds"] == 4
+    assert answer.headers["retry-after"] == "4"
+    assert len(fake.running()) == 1
+
+
+def test_concurrent_launches_each_get_a_vm(client: TestClient, fake: FakeMicrovms) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        sessions = list(pool.map(lambda i: run(client, f"print({i})")["session_id"], range(4)))
+    assert len(set(sessions)) == 4 == len(fake.running())
+
+
+def test_vm_ids_map_to_session_ids_and_back() -> None:
+    for vm_id in ("mvm-0123456789abcdef", "a", "A" * 21, "x-y-z"):
+        session = vm_ids.session_of(vm_id)
+        assert re.fullmatch(r"[A-Za-z0-9_-]{21}", session)
+        assert vm_ids.vm_of(session) == vm_id
+    for bad in ("", "has_underscore", "a" * 22, "ends_in_underscore__x" + "_", "slash/id"):
+        with pytest.raises(vm_ids.Unmappable):
+            vm_ids.session_of(bad)
