@@ -73,22 +73,28 @@ def compose_up(config: dict, project: str, env: dict[str, str]) -> list[str]:
         service, container = services[name], f"{project}_{name}"
         networks = list(service.get("networks") or ["default"])
         args = ["run", "-d", "--name", container, "--network", f"{project}_{networks[0]}", "--network-alias", name]
-        for key, value in (service.get("environment") or {}).items():
-            args += ["-e", f"{key}={value if value is not None else ''}"]
-        for opt in service.get("security_opt") or []:
-            args += ["--security-opt", opt]
-        for cap in service.get("cap_add") or []:
-            args += ["--cap-add", cap]
-        for volume in service.get("volumes") or []:  # "source:target:mode"; a named volume's is the project's
-            source, rest = volume.split(":", 1)
-            args += ["-v", f"{source if source.startswith('/') else f'{project}_{source}'}:{rest}"]
-        for port in service.get("ports") or []:  # "host ip:published:target/tcp"
-            args += ["-p", port]
-        docker(*args, service["image"], *(service.get("command") or []))
+        docker(*args, *_run_options(service, project), service["image"], *(service.get("command") or []))
         made.insert(0, f"container:{container}")
         for network in networks[1:]:
             docker("network", "connect", "--alias", name, f"{project}_{network}", container)
     return made
+
+
+def _run_options(service: dict, project: str) -> list[str]:
+    """A service's environment, security options, capabilities, volumes and ports as `docker run` takes them."""
+    args: list[str] = []
+    for key, value in (service.get("environment") or {}).items():
+        args += ["-e", f"{key}={value if value is not None else ''}"]
+    for opt in service.get("security_opt") or []:
+        args += ["--security-opt", opt]
+    for cap in service.get("cap_add") or []:
+        args += ["--cap-add", cap]
+    for volume in service.get("volumes") or []:  # "source:target:mode"; a named volume's is the project's
+        source, rest = volume.split(":", 1)
+        args += ["-v", f"{source if source.startswith('/') else f'{project}_{source}'}:{rest}"]
+    for port in service.get("ports") or []:  # "host ip:published:target/tcp"
+        args += ["-p", port]
+    return args
 
 
 def compose_down(made: list[str], env: dict[str, str]) -> None:

@@ -25,6 +25,9 @@ _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 # Where the service keeps what it needs inside a session (a backend's markers, a
 # programmatic run's progress): never a client's file.
 RESERVED_DIR = ".codeexec"
+# In it, what the session layer keeps (a programmatic run's progress): backends store it
+# like any file, clients can never name it.
+STATE_DIR = f"{RESERVED_DIR}/state"
 # A path the filesystem, and every client, can take: LibreChat's own limit is 255 a name.
 MAX_PATH_CHARS = 1024
 

@@ -10,7 +10,7 @@ every limit a run has. What that costs: the program's side effects before its la
 call happen again each round (a line appended to a file is appended again); its final
 stdout is that of the last round, which ran it all.
 
-What a continuation needs lives in the session itself (`.codeexec/programs/<id>.json`,
+What a continuation needs lives in the session itself (`.codeexec/state/programs/<id>.json`,
 never listed, never an output): the code, the tools, the answers, the listing taken
 before the first round. The token the client holds names it, signed (HMAC-SHA256) and
 bound to the caller's organization and user and to the round it continues: a token of
@@ -37,10 +37,11 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
 
+from . import ids
 from .errors import BadRequest, Conflict, Forbidden
 from .sandbox.port import FileInfo, OwnerTag, Program, RunResult
 
-STATE_DIR = ".codeexec/programs"
+STATE_DIR = f"{ids.STATE_DIR}/programs"
 # Beyond the client's own 20 round trips, and the reference server's 200 calls.
 MAX_ROUNDS = 50
 MAX_CALLS = 200
@@ -80,7 +81,11 @@ class Workflow:
     nonce: str = ""  # the last round's: its driver ends a round with a line that starts with it
 
     def path(self) -> str:
-        return f"{STATE_DIR}/{self.id}.json"
+        return self.path_of(self.id)
+
+    @staticmethod
+    def path_of(workflow_id: str) -> str:
+        return f"{STATE_DIR}/{workflow_id}.json"
 
     def dump(self) -> bytes:
         return json.dumps(asdict(self)).encode()

@@ -8,13 +8,12 @@ round ends. Python code runs in this interpreter with top-level await; bash runs
 child whose tool functions reach this process over a local socket.
 """
 
-from __future__ import annotations
-
 import ast
 import asyncio
 import json
 import linecache
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -25,7 +24,6 @@ import time
 from typing import Any
 
 SOURCE = "/code/program.py"
-SOCKET = "/tmp/.ptc.sock"
 # A round ends once the program has waited on unanswered calls alone this long: calls
 # made together (gather, background jobs) are asked for together.
 SETTLE_SECONDS = 0.05
@@ -121,8 +119,8 @@ def _python_tool(tool: dict[str, Any], calls: Calls) -> Any:
 
 _CLIENT = r"""
 import json, socket, sys
-s = socket.socket(socket.AF_UNIX); s.connect(%r)
-s.sendall((json.dumps({"name": sys.argv[1], "input": sys.argv[2] if len(sys.argv) > 2 else ""}) + "\n").encode())
+s = socket.socket(socket.AF_UNIX); s.connect("\0" + sys.argv[1])
+s.sendall((json.dumps({"name": sys.argv[2], "input": sys.argv[3] if len(sys.argv) > 3 else ""}) + "\n").encode())
 reply = json.loads(s.makefile().readline())
 if "error" in reply:
     print(reply["error"], file=sys.stderr); sys.exit(1)
@@ -131,15 +129,15 @@ print(json.dumps(reply["result"], separators=(",", ":")))
 
 
 def run_bash(config: dict[str, Any], calls: Calls) -> None:
-    client = "/tmp/.ptc_client.py"
-    with open(client, "w") as out:
-        out.write(_CLIENT % SOCKET)
+    # An abstract socket with a fresh name, and the client inline: a round leaves no file
+    # behind, and rounds that share a /tmp (one AgentCore session, the tests' fake) never meet.
+    address = f"codeexec-ptc-{secrets.token_hex(8)}"
+    client = f"/usr/bin/python3 -s -c {shlex.quote(_CLIENT)} {address}"
     functions = "".join(
-        f"{t['ident']}() {{ /usr/bin/python3 -s {client} {shlex.quote(t['name'])} \"${{1-}}\"; }}\n"
-        for t in config["tools"]
+        f"{t['ident']}() {{ {client} {shlex.quote(t['name'])} \"${{1-}}\"; }}\n" for t in config["tools"]
     )
     server = socket.socket(socket.AF_UNIX)
-    server.bind(SOCKET)
+    server.bind("\0" + address)
     server.listen(64)
     threading.Thread(target=_serve, args=(server, calls), daemon=True).start()
     child = subprocess.Popen(["/bin/bash", "-c", functions + config["code"], "main.sh"], start_new_session=True)

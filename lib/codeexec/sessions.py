@@ -463,7 +463,7 @@ def _workflow(sandbox: Sandbox, workflow_id: str) -> Workflow:
     if not ids.is_file_id(workflow_id):
         raise BadRequest("the continuation token names no program")
     try:
-        reader, _ = sandbox.open_file(f"{ids.RESERVED_DIR}/programs/{workflow_id}.json")
+        reader, _ = sandbox.open_file(Workflow.path_of(workflow_id))
     except FileNotFound:
         raise Conflict("that program is not in its session (the session ended, or it never ran)") from None
     with reader:

@@ -60,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from ... import ids
 from ...errors import BackendUnavailable, BadRequest, FileNotFound, SessionNotFound, TooLarge
 from ..port import FileInfo, Lease, Limit, LimitHit, OwnerTag, Program, RunResult
 from . import session_ids
@@ -410,6 +411,8 @@ def _lease_of(session_id: str, name: str, leased_at: float, touched_at: float | 
 
 
 def _reserved(path: str) -> bool:
+    if path.startswith(f"{ids.STATE_DIR}/"):  # the session layer's own, kept like any file
+        return False
     top = path.split("/", 1)[0]
     return top.startswith(".") or top in _ENVIRONMENTS
 

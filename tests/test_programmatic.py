@@ -1,0 +1,218 @@
+"""Programmatic tool calling and the stateful profile, through the app, on both backends
+(`local`, and `agentcore` through its fake): the rounds, the tokens, cancel, and one
+session per conversation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from codeexec.api.app import create_app
+from codeexec.settings import Settings
+
+from .calls import names
+from .test_g2 import g2_settings, librechat_token
+from .test_tokens import Issuer
+
+ALICE, BOB = "64f0c0ffee00000000000a11", "64f0c0ffee00000000000b0b"
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+FAILING = {"name": "failing-tool", "description": "Always fails", "parameters": {"type": "object", "properties": {}}}
+TOOLS = [WEATHER, FAILING]
+
+
+@pytest.fixture
+def issuer(tmp_path: Path) -> Issuer:
+    made = Issuer(tmp_path / "jwks.json")
+    made.add_key("lc-codeapi-2026-05", "EdDSA")
+    return made
+
+
+@pytest.fixture(params=["local", "agentcore"])
+def app(request: pytest.FixtureRequest, settings: Settings, issuer: Issuer) -> FastAPI:
+    configured = g2_settings(settings, issuer)
+    if request.param == "agentcore":
+        fake = request.getfixturevalue("agentcore_fake")
+        configured = configured.model_copy(update={"sandbox_backend": "agentcore", "agentcore_endpoint_url": fake.url})
+    return create_app(configured)
+
+
+@pytest.fixture
+def local_app(settings: Settings, issuer: Issuer) -> FastAPI:
+    return create_app(g2_settings(settings, issuer))
+
+
+def user(app: FastAPI, issuer: Issuer, sub: str = ALICE, tenant: str = "tenant-1") -> TestClient:
+    return TestClient(app, headers={"Authorization": f"Bearer {librechat_token(issuer, tenant=tenant, sub=sub)}"})
+
+
+def post(client: TestClient, body: dict[str, Any], **headers: str) -> dict[str, Any]:
+    reply = client.post("/v1/exec/programmatic", json=body, headers=headers)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def answer(client: TestClient, asked: dict[str, Any], results: Callable[[dict[str, Any]], dict[str, Any]]) -> dict:
+    """Post the results the client's tools gave, as @librechat/agents does."""
+    tool_results = [{"call_id": call["id"], **results(call)} for call in asked["tool_calls"]]
+    return post(client, {"continuation_token": asked["continuation_token"], "tool_results": tool_results})
+
+
+def weather(call: dict[str, Any]) -> dict[str, Any]:
+    if call["name"] == "failing-tool":
+        return {"result": None, "is_error": True, "error_message": "boom from failing-tool"}
+    return {"result": {"city": call["input"]["city"], "sky": "clear"}, "is_error": False}
+
+
+PY = """import asyncio
+first = await get_weather(city="Paris")
+second = await get_weather("Oslo")
+both = await asyncio.gather(get_weather(city="Rome"), get_weather(city="Lima"))
+try:
+    await failing_tool()
+except ToolError as e:
+    print("caught:", e)
+print(first["sky"], second["city"], [w["city"] for w in both])
+open("/mnt/data/report.txt", "w").write("done")
+"""
+
+
+def test_a_python_program_calls_tools_in_rounds(app: FastAPI, issuer: Issuer) -> None:
+    alice = user(app, issuer)
+    rounds = [post(alice, {"code": PY, "tools": TOOLS, "timeout": 20_000})]
+    while rounds[-1]["status"] == "tool_call_required":
+        rounds.append(answer(alice, rounds[-1], weather))
+    asked = [[(c["name"], c["input"]) for c in r["tool_calls"]] for r in rounds[:-1]]
+    assert asked == [
+        [("get_weather", {"city": "Paris"})],
+        [("get_weather", {"city": "Oslo"})],  # positional, named by the schema
+        [("get_weather", {"city": "Rome"}), ("get_weather", {"city": "Lima"})],  # gathered: one round
+        [("failing-tool", {})],  # the client's own name, not the identifier
+    ]
+    done = rounds[-1]
+    assert done["status"] == "completed", done
+    assert done["stdout"] == "caught: boom from failing-tool\nclear Oslo ['Rome', 'Lima']\n"
+    assert names(done) == ["report.txt"]
+    assert len({r["session_id"] for r in rounds}) == 1
+
+
+def test_a_bash_program_calls_tools_as_functions(app: FastAPI, issuer: Issuer) -> None:
+    alice = user(app, issuer)
+    code = (
+        'w=$(get_weather \'{"city": "Paris"}\'); echo "got $w"\n'
+        "failing_tool || echo \"failed with $?\"\n"
+        "rm -f gone.txt"
+    )
+    asked = post(alice, {"lang": "bash", "code": code, "tools": TOOLS})
+    assert [c["name"] for c in asked["tool_calls"]] == ["get_weather"]
+    asked = answer(alice, asked, weather)
+    assert [c["name"] for c in asked["tool_calls"]] == ["failing-tool"]
+    done = answer(alice, asked, weather)
+    assert done["status"] == "completed", done
+    assert done["stdout"] == 'got {"city":"Paris","sky":"clear"}\nfailed with 1\n'
+    assert done["stderr"] == "boom from failing-tool\n"
+
+
+def test_a_round_past_its_time_limit_ends_the_run(app: FastAPI, issuer: Issuer) -> None:
+    alice = user(app, issuer)
+    asked = post(alice, {"code": "await get_weather(city='x')\nwhile True:\n    pass", "tools": TOOLS, "timeout": 1500})
+    done = answer(alice, asked, weather)
+    assert (done["status"], done["error"]) == ("error", "Time limit exceeded")
+    assert "time limit" in done["stderr"]
+
+
+def test_a_failing_program_is_an_error_with_its_traceback(app: FastAPI, issuer: Issuer) -> None:
+    done = post(user(app, issuer), {"code": "raise ValueError('nope')", "tools": TOOLS})
+    assert (done["status"], done["error"]) == ("error", "Sandbox exited with code 1")
+    assert "ValueError: nope" in done["stderr"]
+
+
+def test_continuation_tokens_are_the_callers_and_used_once(app: FastAPI, issuer: Issuer) -> None:
+    alice, bob, elsewhere = user(app, issuer), user(app, issuer, BOB), user(app, issuer, tenant="tenant-2")
+    asked = post(alice, {"code": "print(await get_weather(city='x'))", "tools": TOOLS})
+    token = asked["continuation_token"]
+    results = [{"call_id": asked["tool_calls"][0]["id"], "result": {"sky": "clear"}, "is_error": False}]
+    body = {"continuation_token": token, "tool_results": results}
+    assert bob.post("/v1/exec/programmatic", json=body).status_code == 403
+    assert elsewhere.post("/v1/exec/programmatic", json=body).status_code == 403
+    head, _, signature = token.rpartition(".")
+    forged = {**body, "continuation_token": f"{head}x.{signature}"}
+    assert alice.post("/v1/exec/programmatic", json=forged).status_code == 400
+    wrong = {**body, "tool_results": [{"call_id": "call_999", "result": 1}]}
+    assert alice.post("/v1/exec/programmatic", json=wrong).status_code == 400
+    assert post(alice, body)["stdout"] == "{'sky': 'clear'}\n"
+    replayed = alice.post("/v1/exec/programmatic", json=body)
+    assert replayed.status_code == 409
+    assert "spent" in replayed.json()["details"]
+
+
+def test_cancel_stops_the_run_of_a_request(local_app: FastAPI, issuer: Issuer) -> None:
+    # Local only: on AgentCore a cancel reaching another function finds no run (README).
+    alice = user(local_app, issuer)
+    request_id = "4b6f9e1c-7a53-4f0e-9a8e-0c1d2e3f4a5b"
+    body = {"code": "import time\ntime.sleep(15)\nprint('never')", "tools": TOOLS, "timeout": 20_000}
+    started = time.monotonic()
+    reply: dict[str, Any] = {}
+    headers = {"X-LibreChat-Code-Request-ID": request_id}
+    running = threading.Thread(target=lambda: reply.update(post(alice, body, **headers)))
+    running.start()
+    time.sleep(1.5)
+    assert alice.post("/v1/exec/programmatic/cancel", json={"request_id": request_id}).status_code == 200
+    running.join(20)
+    assert (reply["status"], reply["error"]) == ("error", "Execution was cancelled")
+    assert time.monotonic() - started < 10 and "never" not in reply["stdout"]
+
+
+# -- the stateful profile ----------------------------------------------------------------
+
+
+def exec_(client: TestClient, code: str, **body: Any) -> dict[str, Any]:
+    reply = client.post(
+        "/v1/exec", json={"lang": "bash", "code": code, **body}, headers={"X-CodeAPI-Expected-Profile": "stateful"}
+    )
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def test_one_conversation_one_session_per_user(local_app: FastAPI, issuer: Issuer) -> None:
+    alice, bob = user(local_app, issuer), user(local_app, issuer, BOB)
+    hint = "conversation-7"
+    warm = exec_(alice, "true", runtime_session_hint=hint)  # LibreChat's prewarm
+    assert warm["runtime_status"] == "new" and warm["runtime_session_id"] == warm["session_id"]
+    exec_(alice, "echo kept > notes.txt", runtime_session_hint=hint)
+    later = exec_(alice, "cat notes.txt", runtime_session_hint=hint)
+    assert (later["stdout"], later["session_id"], later["runtime_status"]) == ("kept\n", warm["session_id"], "reused")
+    theirs = exec_(bob, "cat notes.txt 2>&1 || echo none", runtime_session_hint=hint)
+    assert theirs["session_id"] != warm["session_id"] and theirs["stdout"].endswith("none\n")
+    # A programmatic run with the hint works in the same session.
+    program = post(alice, {"code": "print(open('notes.txt').read())", "tools": TOOLS, "runtime_session_hint": hint})
+    assert (program["session_id"], program["stdout"]) == (warm["session_id"], "kept\n\n")
+
+
+def test_a_backend_that_cannot_keep_a_workspace_says_so(settings: Settings, issuer: Issuer, agentcore_fake) -> None:
+    configured = g2_settings(settings, issuer).model_copy(
+        update={"sandbox_backend": "agentcore", "agentcore_endpoint_url": agentcore_fake.url}
+    )
+    alice = user(create_app(configured), issuer)
+    stateful = {"X-CodeAPI-Expected-Profile": "stateful"}
+    for path, body in (
+        ("/v1/exec", {"lang": "bash", "code": "true", "runtime_session_hint": "c"}),
+        ("/v1/exec/programmatic", {"code": "print(1)", "tools": TOOLS, "runtime_session_hint": "c"}),
+    ):
+        reply = alice.post(path, json=body, headers=stateful)
+        assert reply.status_code == 409
+        assert reply.json()["code"] == "execution_profile_mismatch"
+    # Without the stateful profile, a hint selects nothing there and the run happens.
+    assert alice.post("/v1/exec", json={"lang": "bash", "code": "echo ok", "runtime_session_hint": "c"}).json()[
+        "stdout"
+    ] == "ok\n"
