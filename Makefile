@@ -127,7 +127,8 @@ pytest: install sam-local-deps $(CONTRACT)/node_modules/.installed $(CONTRACT_G2
 
 # The API-level suites again, every sandbox leased from a runner on loopback (README "The runner").
 RUNNER_SUITES := tests/test_app.py tests/test_contract_g1.py tests/test_contract_g2.py tests/test_languages.py \
-  tests/test_security.py tests/test_limits.py tests/test_ownership.py tests/test_g2.py tests/test_tenants.py
+  tests/test_security.py tests/test_limits.py tests/test_ownership.py tests/test_g2.py tests/test_tenants.py \
+  tests/test_programmatic.py
 .PHONY: test-runner
 test-runner: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
 	CODEEXEC_TEST_BACKEND=runner $(BIN)/pytest $(RUNNER_SUITES)

@@ -59,3 +59,27 @@ export const LANGUAGE_PROGRAMS = {
   bash: "printf 'one\\ttab\\n'; echo \"args: $#\"; printf 'x\\ny\\n' > /mnt/data/lines.txt\n"
     + "wc -l < /mnt/data/lines.txt; rm /mnt/data/lines.txt; echo warned >&2; pwd; printf 'last line'",
 };
+
+/**
+ * The agent tools the programmatic clients give the package, made with the package's own
+ * `tool` (3.1.63 and 3.9.2 pin different @langchain/core): what ToolNode puts in a ToolCall,
+ * the toolMap that runs them and the toolDefs marked callable from code. Each call the
+ * package makes is pushed on `called` as [name, city?].
+ */
+export function agentTools(tool, called) {
+  const weatherSchema = { type: 'object', properties: { city: { type: 'string', description: 'City' } }, required: ['city'] };
+  const noArgs = { type: 'object', properties: {} };
+  const getWeather = tool(async ({ city }) => { called.push(['get_weather', city]); return { city, sky: 'clear' }; }, {
+    name: 'get_weather', description: 'The weather in a city', schema: weatherSchema,
+  });
+  const failingTool = tool(async () => { called.push(['failing-tool']); throw new Error('boom from failing-tool'); }, {
+    name: 'failing-tool', description: 'Always fails', schema: noArgs,
+  });
+  return {
+    toolMap: new Map([getWeather, failingTool].map((t) => [t.name, t])),
+    toolDefs: [
+      { name: 'get_weather', description: 'The weather in a city', parameters: weatherSchema, allowed_callers: ['code_execution'] },
+      { name: 'failing-tool', description: 'Always fails', parameters: noArgs, allowed_callers: ['code_execution'] },
+    ],
+  };
+}

@@ -13,6 +13,7 @@ import uvicorn
 
 from codeexec.runner.app import Runner, create_runner_app
 from codeexec.runner.build import build_runner
+from codeexec.server import KEEP_ALIVE_SECONDS
 from codeexec.settings import Settings
 
 RUNNER_KEY = "runner-key-0123456789"
@@ -28,7 +29,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 def serving(app: Any, host: str = "127.0.0.1", port: int | None = None) -> Iterator[str]:
     """Serve `app` until the block ends; yields its base URL (no trailing slash)."""
     port = port or free_port(host)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -17,13 +17,13 @@ from codeexec.settings import Settings
 
 from .conftest import API_KEY
 
-CLIENT = Path(__file__).parent / "contract" / "g1_client.mjs"
+CLIENTS = Path(__file__).parent / "contract"
 
 
-def drive_client(base_url: str, api_key: str) -> dict:
-    assert (CLIENT.parent / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
+def drive_client(base_url: str, api_key: str, script: str = "g1_client.mjs") -> dict:
+    assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
     env = {"PATH": os.environ["PATH"], "LIBRECHAT_CODE_BASEURL": base_url, "LIBRECHAT_CODE_API_KEY": api_key}
-    done = subprocess.run(["node", str(CLIENT)], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(["node", str(CLIENTS / script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -92,3 +92,22 @@ def assert_languages(answers: dict, g2: bool) -> None:
         assert [f["name"] for f in files] == written, lang
         if written and not g2:  # G1's content names each generated file at its /mnt/data path
             assert f"- /mnt/data/{written[0]} |" in answer["content"], lang
+
+
+def test_g1_programmatic_tool_runs_the_agents_tools(live_server: str) -> None:
+    result = drive_client(live_server, API_KEY, "ptc_client.mjs")
+    assert result["client"]["version"] == "3.1.63"
+    python = result["python"]
+    assert python["content"] == (
+        "stdout:\ncaught: boom from failing-tool\nclear ['Rome', 'Lima']\n\n"
+        "Generated files:\n- /mnt/data/report.txt | File is already downloaded by the user\n\n"
+        "Note: Files from previous executions are automatically available and can be modified."
+    )
+    assert [f["name"] for f in python["artifact"]["files"]] == ["report.txt"]
+    called = [call[-1] for call in python["called"]]
+    assert called[0] == "Paris" and sorted(called[1:3]) == ["Lima", "Rome"] and called[3:] == ["failing-tool"]
+    assert [p["content"] for p in result["parallel"]] == ["stdout:\nCairo", "stdout:\nQuito"]
+    # The program's own exit status, after a tool call, in 3.1.63's words.
+    assert result["failing"]["threw"]["message"] == (
+        "Programmatic execution failed: Execution error: Sandbox exited with code 3"
+    )

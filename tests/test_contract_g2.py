@@ -181,3 +181,62 @@ def test_skills_two_users_and_awkward_names_as_librechat_meets_them(live_server:
     assert again["artifact"]["session_id"] == session
     assert again["content"] == "stdout:\nalice secret"
     assert again["artifact"]["deleted_files"] == ["what?.txt"]
+
+
+def test_programmatic_tools_and_the_stateful_profile_through_the_real_tools(
+    live_server: str, issuer: Issuer, request: pytest.FixtureRequest
+) -> None:
+    result = drive_client(live_server, issuer, "ptc_client.mjs")
+    assert result["client"]["version"] == "3.9.2"
+
+    # The package ran each tool the program called; results came back as Python values.
+    python = result["python"]
+    assert python["content"].startswith("stdout:\ncaught: boom from failing-tool\nclear Oslo ['Rome', 'Lima']\n")
+    assert [f["name"] for f in python["artifact"]["files"]] == ["report.txt"]
+    assert ID.match(python["artifact"]["session_id"]) and all(ID.match(f["id"]) for f in python["artifact"]["files"])
+    called = python["called"]
+    assert called[:2] == [["get_weather", "Paris"], ["get_weather", "Oslo"]]
+    assert sorted(map(tuple, called[2:4])) == [("get_weather", "Lima"), ("get_weather", "Rome")]
+    assert called[4:] == [["failing-tool"]]
+
+    # Two runs at once, each continued with its own results.
+    assert [p["content"] for p in result["parallel"]] == ["stdout:\nCairo", "stdout:\nQuito"]
+    assert len({p["artifact"]["session_id"] for p in result["parallel"]}) == 2
+
+    bash = result["bash"]
+    assert bash["content"].startswith(
+        'stdout:\ngot {"city":"NY","sky":"clear"}\nfailed with 1\n\nstderr:\nboom from failing-tool\n'
+    ), bash
+    assert [f["name"] for f in bash["artifact"]["files"]] == ["weather.json"]
+    assert bash["called"] == [["get_weather", "NY"], ["failing-tool"]]
+
+    # runTimeoutMs 2000: the round after the tool call is stopped, in the client's words.
+    timeout = result["timeout"]
+    assert timeout["threw"]["message"].startswith(
+        "Programmatic execution failed: Code execution failed. Execution exceeded the time limit."
+    ), timeout
+    assert timeout["ms"] < 8000
+
+    if request.node.callspec.params["app"] == "agentcore":
+        # No session can be named ahead on AgentCore: the profile is refused as the client
+        # expects, a permanent capability mismatch it does not retry (README).
+        for name in ("prewarm", "stateful_write", "aborted"):
+            assert "does not provide the requested execution profile" in result[name]["threw"]["message"], name
+        return
+
+    # One conversation, one /mnt/data, with no file re-sent; another user's is their own.
+    prewarm, write, read = result["prewarm"], result["stateful_write"], result["stateful_read"]
+    session = prewarm["artifact"]["runtime_session_id"]
+    assert (prewarm["artifact"]["runtime_status"], prewarm["artifact"]["session_id"]) == ("new", session)
+    assert [f["name"] for f in write["artifact"]["files"]] == ["note.txt"]
+    assert (read["content"], read["artifact"]["session_id"], read["artifact"]["runtime_status"]) == (
+        "stdout:\nkept", session, "reused"
+    )
+    other = result["other_user"]
+    assert other["artifact"]["session_id"] != session and other["content"].startswith("stdout:\nmissing\n")
+
+    # The abort reached the service as /cancel {request_id}: the run stopped in its sleep,
+    # before its late write and its tool call; what it wrote first is still there.
+    assert result["aborted"]["threw"]["name"] == "AbortError" and result["aborted"]["ms"] < 3000
+    assert result["after_abort"]["content"] == "stdout:\nnote.txt\nstarted.txt"
+    assert result["called_after_abort"] == []

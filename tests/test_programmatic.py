@@ -132,9 +132,19 @@ def test_a_round_past_its_time_limit_ends_the_run(app: FastAPI, issuer: Issuer) 
 
 
 def test_a_failing_program_is_an_error_with_its_traceback(app: FastAPI, issuer: Issuer) -> None:
-    done = post(user(app, issuer), {"code": "raise ValueError('nope')", "tools": TOOLS})
+    alice = user(app, issuer)
+    done = post(alice, {"code": "def f():\n    raise ValueError('nope')\nf()", "tools": TOOLS})
     assert (done["status"], done["error"]) == ("error", "Sandbox exited with code 1")
-    assert "ValueError: nope" in done["stderr"]
+    # As Python prints it for a script: the program's frames, none of the driver's.
+    assert done["stderr"] == (
+        "Traceback (most recent call last):\n"
+        '  File "/code/program.py", line 3, in <module>\n    f()\n'
+        '  File "/code/program.py", line 2, in f\n    raise ValueError(\'nope\')\n'
+        "ValueError: nope\n"
+    )
+    asked = post(alice, {"code": "await get_weather(city='x')\nraise SystemExit(3)", "tools": TOOLS})
+    done = answer(alice, asked, weather)
+    assert (done["status"], done["error"], done["stderr"]) == ("error", "Sandbox exited with code 3", "")
 
 
 def test_continuation_tokens_are_the_callers_and_used_once(app: FastAPI, issuer: Issuer) -> None:

@@ -67,6 +67,15 @@ def file_path(file_id: str) -> str:
     return path.as_posix()
 
 
+def port_path(value: str) -> str:
+    """A path as the sandbox port takes it over the wire (the runner): a client's, or one
+    under STATE_DIR that the session layer keeps."""
+    prefix = f"{STATE_DIR}/"
+    if value.startswith(prefix):
+        return prefix + file_path(value.removeprefix(prefix))
+    return file_path(value)
+
+
 def upload_path(filename: str | None) -> str:
     """Where an uploaded file goes under `/mnt/data`: its relative path kept
     (`skills/pdf/SKILL.md`), so the paths a model is told exist. Backslashes are

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 SOURCE = "/code/program.py"
@@ -87,16 +88,39 @@ async def run_python(config: dict[str, Any], calls: Calls) -> None:
         namespace[tool["ident"]] = _python_tool(tool, calls)
     source = config["code"]
     linecache.cache[SOURCE] = (len(source), None, source.splitlines(True), SOURCE)  # for tracebacks
-    code = compile(source, SOURCE, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    ran = eval(code, namespace)  # noqa: S307 - the caller's own program, in its sandbox
-    if not asyncio.iscoroutine(ran):
-        return
-    task = asyncio.ensure_future(ran)
+    try:
+        code = compile(source, SOURCE, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        ran = eval(code, namespace)  # noqa: S307 - the caller's own program, in its sandbox
+        if asyncio.iscoroutine(ran):
+            await _rounds(ran, calls)
+    except Exception as error:  # shown as Python shows a program's error: its own frames only
+        tb = error.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != SOURCE:
+            tb = tb.tb_next
+        sys.stderr.write("".join(traceback.format_exception(type(error), error, tb)))
+        sys.exit(1)
+
+
+async def _rounds(ran: Any, calls: Calls) -> None:
+    """Run the program until it ends, or until it waits on unanswered calls alone."""
+    task = asyncio.ensure_future(_exits_within(ran))
     while not task.done():
         await asyncio.wait({task}, timeout=SETTLE_SECONDS)
         if not task.done() and calls.settled():
             calls.end_round()
-    task.result()
+    stop = task.result()
+    if stop is not None:
+        raise stop
+
+
+async def _exits_within(ran: Any) -> SystemExit | None:
+    """The program's own exit(), kept: raised inside a task, asyncio would report the task
+    as lost and print its own frames on the program's stderr."""
+    try:
+        await ran
+    except SystemExit as stop:
+        return stop
+    return None
 
 
 def _python_tool(tool: dict[str, Any], calls: Calls) -> Any:

@@ -21,6 +21,11 @@ from .settings import Settings
 
 log = logging.getLogger("codeexec.server")
 
+# An idle connection is kept longer than clients keep theirs (Node's agent and httpx, 5 s):
+# when both close at the same moment, the client sends its next request on a socket the
+# server is closing, and the call fails without reaching the service.
+KEEP_ALIVE_SECONDS = 75
+
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -35,7 +40,7 @@ def main() -> None:
     app = create_app(settings)
     start_reaper(app.state.service.sessions.sandboxes, settings)
     print(f"Code interpreter on http://{host}:{port}/v1 (backend: {settings.sandbox_backend})", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    uvicorn.run(app, host=host, port=port, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS)
 
 
 def start_reaper(sandboxes: Sandboxes, settings: Settings) -> threading.Event:

@@ -14,7 +14,7 @@ import os
 
 import uvicorn
 
-from ..server import start_reaper
+from ..server import KEEP_ALIVE_SECONDS, start_reaper
 from ..settings import Settings
 from .app import create_runner_app
 from .build import build_runner
@@ -30,7 +30,13 @@ def main() -> None:
     host = os.environ.get("RUNNER_HOST", "127.0.0.1")
     port = int(os.environ.get("RUNNER_PORT", "8080"))
     start_reaper(runner.sandboxes, settings)
-    servers = [uvicorn.Server(uvicorn.Config(create_runner_app(runner), host=host, port=port, log_level="info"))]
+    servers = [
+        uvicorn.Server(
+            uvicorn.Config(
+                create_runner_app(runner), host=host, port=port, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS
+            )
+        )
+    ]
     hook_port = os.environ.get("RUNNER_HOOK_PORT")
     if hook_port:  # in a MicroVM: the key and the session arrive with the run hook
         from .hooks import create_hook_app

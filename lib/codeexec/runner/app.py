@@ -141,7 +141,7 @@ def _runner(request: Request) -> Runner:
 
 
 def _path(request: Request) -> str:
-    return ids.file_path(request.path_params["path"])
+    return ids.port_path(request.path_params["path"])
 
 
 def _number(request: Request, name: str, default: float) -> float:
