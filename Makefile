@@ -133,7 +133,13 @@ RUNNER_SUITES := tests/test_app.py tests/test_contract_g1.py tests/test_contract
 test-runner: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
 	CODEEXEC_TEST_BACKEND=runner $(BIN)/pytest $(RUNNER_SUITES)
 
-test: lint typecheck sam pytest test-runner
+# The suites that attack and limit runs again, every Python run warm (README "Warm interpreters").
+WARM_SUITES := tests/test_security.py tests/test_limits.py tests/test_languages.py
+.PHONY: test-warm
+test-warm: install
+	CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(WARM_SUITES)
+
+test: lint typecheck sam pytest test-runner test-warm
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam

@@ -3,6 +3,9 @@
 With CODEEXEC_TEST_BACKEND=runner (`make test-runner`), every app a test builds for the
 `local` backend leases its sandboxes from a runner instead: one started on loopback from
 the very same settings (root, limits), and the app switched to SANDBOX_BACKEND=runner.
+
+With CODEEXEC_TEST_WARM=1 (`make test-warm`), every `local` app keeps a warm Python
+interpreter, and waits for it before the test: the test's first Python run is warm.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pydantic import SecretStr
 from codeexec.api import app as app_module
 from codeexec.api.app import create_app
 from codeexec.sandbox import make_sandboxes
-from codeexec.sandbox.local import btrfs
+from codeexec.sandbox.local import btrfs, warm
 from codeexec.sandbox.local.storage import Storage
 from codeexec.sandbox.port import Sandboxes
 from codeexec.settings import Settings
@@ -33,6 +36,10 @@ from .serving import runner_settings, running_runner, serving
 
 API_KEY = "test-key-0123456789"
 CODEEXEC_TEST_BACKEND = os.environ.get("CODEEXEC_TEST_BACKEND", "local")
+WARM_PYTHON = int(os.environ.get("CODEEXEC_TEST_WARM", "0"))
+# Every Settings() a test makes, and every service it starts, keeps as many: a pool no
+# fixture closes would keep its interpreters (about 150 MB each) to the end of the session.
+os.environ["WARM_PYTHON"] = str(WARM_PYTHON)
 
 
 # One btrfs filesystem for every test's sandbox root (the local backend's storage needs
@@ -52,6 +59,7 @@ def sandbox_root(sandbox_storage: Path) -> Iterator[Path]:
     os.chown(root, 0, Settings().sandbox_gid)  # as the service closes a root: the sandbox uid passes
     root.chmod(0o710)
     yield root
+    warm.unmount(str(root / ".warm"))  # the warm slots' shared mount, if a test made one
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     for entry in root.iterdir():  # sessions are subvolumes: one call each, whatever is in them
         with contextlib.suppress(OSError):
@@ -68,7 +76,27 @@ def settings(sandbox_root: Path) -> Settings:
         run_timeout_seconds=20,
         # Small enough that a test can send one byte more than the limit.
         max_upload_bytes=5 << 20,
+        warm_python=WARM_PYTHON,
     )
+
+
+@pytest.fixture(autouse=bool(WARM_PYTHON))
+def warm_pools(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each app's warm interpreters ready before the test, and gone after it."""
+    made: list[Sandboxes] = []
+
+    def ready(settings: Settings) -> Sandboxes:
+        sandboxes = make_sandboxes(settings)
+        pool = getattr(sandboxes, "warm", None)
+        if pool is not None:
+            made.append(sandboxes)
+            pool.wait_ready()
+        return sandboxes
+
+    monkeypatch.setattr(app_module, "make_sandboxes", ready)
+    yield
+    for sandboxes in made:
+        sandboxes.warm.close()  # type: ignore[attr-defined]
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ def make_sandboxes(settings: Settings) -> Sandboxes:
                 sandbox_gid=settings.sandbox_gid,
                 use_cgroups=settings.sandbox_cgroups,
                 image_bytes=settings.sandbox_image_bytes,
+                warm_python=settings.warm_python,
                 # The longest run (compilers get at least a minute), and a little more.
                 hold_wait_seconds=max(settings.run_timeout_seconds, 60) + 15,
             )

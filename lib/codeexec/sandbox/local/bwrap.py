@@ -82,8 +82,12 @@ class _Control:
     block: int  # ...then waits for a byte here before it starts the program
 
 
-def bwrap_args(data_dir: str, program_fds: Mapping[str, int], control: _Control, ram_disk_bytes: int) -> list[str]:
-    """bwrap's options, without the program's command line."""
+def bwrap_args(
+    data_dir: str, program_fds: Mapping[str, int], control: _Control, ram_disk_bytes: int, code_dir: str | None = None
+) -> list[str]:
+    """bwrap's options, without the program's command line. The program's files are
+    `program_fds` placed in /code, or a host directory `code_dir` bound there read-only
+    (a warm interpreter's, whose program is written after it started)."""
     argv = [
         # --disable-userns needs --unshare-user named, even where bwrap would pick it itself.
         "--unshare-all", "--unshare-user", "--disable-userns", "--hostname", "sandbox",
@@ -104,6 +108,8 @@ def bwrap_args(data_dir: str, program_fds: Mapping[str, int], control: _Control,
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for key, value in _ENV.items():
         argv += ["--setenv", key, value]
+    if code_dir is not None:
+        argv += ["--ro-bind", code_dir, CODE_DIR]
     for name, fd in program_fds.items():
         argv += ["--ro-bind-data", str(fd), f"{CODE_DIR}/{name}"]
     # Last: the root bwrap built the rest on, and /dev, are RAM disks writable until now.
@@ -127,14 +133,20 @@ def run(
     files = {**program, ".site/sitecustomize.py": PYTHON_SITE}
     with cgroups.run_cgroup(cgroup_parents, limits.memory_bytes, limits.max_processes) as cgroup:
         command = [*limits.prlimit_argv(cgroup.controllers), *argv]
-        with _sandbox(data_dir, command, files, limits, as_user, cgroup) as sandbox:
-            output = _collect(sandbox, timeout, limits, cancelled or (lambda: False))
-        hits = _hits(limits, output, cgroup)
+        with sandbox(data_dir, command, files, limits, as_user, cgroup) as started:
+            return finish(started, cgroup, timeout, limits, cancelled)
+
+
+def finish(
+    started: Sandbox, cgroup: cgroups.RunCgroup, timeout: float, limits: Limits, cancelled: Callable[[], bool] | None
+) -> RunResult:
+    """Collect a started sandbox's run to its end, or stop it at its limits."""
+    output = _collect(started, timeout, limits, cancelled or (lambda: False))
     return RunResult(
         stdout=output.stdout.decode("utf-8", "replace"),
         stderr=output.stderr.decode("utf-8", "replace"),
         exit_code=None if output.stopped else output.exit_code,
-        hits=tuple(hits),
+        hits=tuple(_hits(limits, output, cgroup)),
     )
 
 
@@ -149,10 +161,15 @@ def _setpriv_argv(as_user: tuple[int, int] | None) -> list[str]:
     return [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
 
 
+def _nice_argv(nice: int) -> list[str]:
+    return ["/usr/bin/nice", "-n", str(nice)] if nice else []
+
+
 @dataclass
-class _Sandbox:
+class Sandbox:
     proc: subprocess.Popen[bytes]
     pidfd: int | None = None  # the sandbox's first process, once it exists
+    child: int | None = None  # its host pid
 
     def kill(self) -> None:
         # When the first process of a PID namespace dies, the kernel kills all the others,
@@ -164,14 +181,16 @@ class _Sandbox:
 
 
 @contextlib.contextmanager
-def _sandbox(
+def sandbox(
     data_dir: str,
     argv: Sequence[str],
     program: Mapping[str, bytes],
     limits: Limits,
     as_user: tuple[int, int] | None,
     cgroup: cgroups.RunCgroup,
-) -> Iterator[_Sandbox]:
+    code_dir: str | None = None,
+    nice: int = 0,
+) -> Iterator[Sandbox]:
     """Start bwrap and put its sandbox into the run's cgroup before the program starts.
 
     bwrap makes the sandbox, reports its host pid on the info fd, then blocks on the
@@ -179,25 +198,25 @@ def _sandbox(
     every process of the run is born inside it; a Popen'd process moved after the fact
     could have forked already. Closing the block fd unread would release the sandbox
     too, so on any failure the sandbox is killed first."""
-    proc, info, block = _launch(data_dir, argv, program, limits, as_user)
-    sandbox = _Sandbox(proc)
+    proc, info, block = _launch(data_dir, argv, program, limits, as_user, code_dir, nice)
+    started = Sandbox(proc)
     with proc:
         try:
             with open(info, "rb") as info_pipe:
                 report = info_pipe.read()
             if report:  # else bwrap failed before making the sandbox, and says why on stderr
-                child = json.loads(report)["child-pid"]
-                sandbox.pidfd = os.pidfd_open(child)
-                cgroup.add(child)
+                started.child = json.loads(report)["child-pid"]
+                started.pidfd = os.pidfd_open(started.child)
+                cgroup.add(started.child)
                 os.write(block, b"1")
-            yield sandbox
+            yield started
         except BaseException:
-            sandbox.kill()
+            started.kill()
             raise
         finally:
             os.close(block)
-            if sandbox.pidfd is not None:
-                os.close(sandbox.pidfd)
+            if started.pidfd is not None:
+                os.close(started.pidfd)
 
 
 def _launch(
@@ -206,6 +225,8 @@ def _launch(
     program: Mapping[str, bytes],
     limits: Limits,
     as_user: tuple[int, int] | None,
+    code_dir: str | None,
+    nice: int,
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """Start bwrap; return it, the read end of its info pipe and the write end of its block pipe."""
     # The program and the filter reach bwrap as in-memory files: nothing is written on the host.
@@ -213,14 +234,14 @@ def _launch(
     seccomp_fd = _memfd("seccomp", seccomp.bpf())
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits.memory_bytes)
+    options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits.memory_bytes, code_dir)
     args_fd = _memfd("args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
     passed = (*fds.values(), seccomp_fd, info_w, block_r, args_fd)
     try:
         bwrap = shutil.which("bwrap") or "bwrap"
         proc = subprocess.Popen(
-            [*_setpriv_argv(as_user), bwrap, "--args", str(args_fd), "--", *argv],
-            stdin=subprocess.DEVNULL,
+            [*_nice_argv(nice), *_setpriv_argv(as_user), bwrap, "--args", str(args_fd), "--", *argv],
+            stdin=subprocess.PIPE if code_dir is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             pass_fds=passed,
@@ -253,7 +274,7 @@ class _Output:
     exit_code: int
 
 
-def _collect(sandbox: _Sandbox, timeout: float, limits: Limits, cancelled: Callable[[], bool]) -> _Output:
+def _collect(sandbox: Sandbox, timeout: float, limits: Limits, cancelled: Callable[[], bool]) -> _Output:
     """Read both pipes to the end and wait for bwrap, keeping at most max_output_bytes of
     each pipe, and stop the run at the deadline or when it is cancelled. Output past the
     cap is read and dropped, so a program printing without end costs the service no

@@ -27,12 +27,17 @@ class Limits:
     max_file_bytes: int  # one file
     max_session_bytes: int  # all of the session's files together
 
-    def prlimit_argv(self, cgroup_controllers: frozenset[str]) -> list[str]:
-        """The `prlimit ... --` prefix for the program's argv."""
+    @property
+    def cpu(self) -> tuple[int, int]:
+        # SIGXCPU at the soft limit, SIGKILL a second later for a program that catches it.
+        return self.cpu_seconds, self.cpu_seconds + 1
+
+    def prlimit_argv(self, cgroup_controllers: frozenset[str], cpu: bool = True) -> list[str]:
+        """The `prlimit ... --` prefix for the program's argv (without the CPU limit for a
+        warm interpreter, which sets it in the program's own process)."""
         argv = [
             PRLIMIT,
-            # SIGXCPU at the soft limit, SIGKILL a second later for a program that catches it.
-            f"--cpu={self.cpu_seconds}:{self.cpu_seconds + 1}",
+            *([f"--cpu={self.cpu[0]}:{self.cpu[1]}"] if cpu else []),
             f"--fsize={self.max_file_bytes}",
             f"--nofile={_OPEN_FILES}",
             "--core=0",  # a core dump would land in /mnt/data as an output file

@@ -7,6 +7,7 @@ runs under bubblewrap (bwrap.py).
         run.lock     flock: the session's exclusive hold (sessions.py takes it for changes)
         data/        the artifact directory, bound at /mnt/data inside the sandbox
     SANDBOX_ROOT/.cancel/<run key>   a cancel for a run, seen by the run in any process
+    SANDBOX_ROOT/.warm/<slot>/       a warm interpreter's mount point and program (warm.py)
 
 The program sees only data/, so it can neither read nor change its own lease. "Last
 touched" is the mtime of lock, which every call that addresses the session updates.
@@ -33,7 +34,7 @@ from ... import ids
 from ...errors import BackendUnavailable, Conflict, SessionNotFound
 from ...languages import LANGUAGES
 from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
-from . import bwrap, cgroups, files
+from . import bwrap, cgroups, files, warm
 from .limits import Limits
 from .storage import Storage, over_limit
 from .toolchains import TOOLCHAINS
@@ -42,6 +43,7 @@ log = logging.getLogger("codeexec.local")
 
 _TOMBSTONE = ".ended-"
 _CANCELS = ".cancel"
+_WARM = ".warm"
 # A cancel that found no run (it had ended already) is swept after this long.
 _CANCEL_KEPT_SECONDS = 3600
 
@@ -56,6 +58,7 @@ class LocalConfig:
     sandbox_gid: int = 61000
     use_cgroups: bool = True  # where the host offers them; else rlimits alone hold
     image_bytes: int = 0  # the btrfs image made where SANDBOX_ROOT has none (0: from free space)
+    warm_python: int = 0  # Python interpreters kept ready (warm.py)
     # How long a call waits for a session another holds: beyond the longest run.
     hold_wait_seconds: float = 75.0
 
@@ -94,18 +97,19 @@ class LocalSandbox:
         argv = toolchain.argv(program.lang, source, program.args)
         backend = self._backend
         cancel = backend.cancel_marker(program.run_key) if program.run_key else None
+        code = program.code.encode("utf-8", "surrogatepass")
+        timeout, cancelled = toolchain.timeout(program.timeout), cancel.exists if cancel else None
         self._restore_data_dir()
         try:
+            ready = backend.warm.take() if backend.warm and program.lang == "py" else None
+            if ready is not None:
+                result = ready.run(self._data, source, code, program.args, timeout, backend.limits, cancelled)
+                if result is not None:
+                    return result
             return bwrap.run(
-                self._data,
-                argv,
-                {source: program.code.encode("utf-8", "surrogatepass")},
-                toolchain.timeout(program.timeout),
-                backend.limits,
-                backend.sandbox_user,
-                backend.cgroup_parents,
-                cancelled=cancel.exists if cancel else None,
-            )
+                self._data, argv, {source: code}, timeout, backend.limits, backend.sandbox_user,
+                backend.cgroup_parents, cancelled=cancelled,
+            )  # fmt: skip
         finally:
             if cancel:
                 cancel.unlink(missing_ok=True)
@@ -163,6 +167,9 @@ class LocalSandboxes:
         (self.root / _CANCELS).mkdir(mode=0o700, exist_ok=True)
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
+        self.warm = warm.Pool.start(
+            self.root / _WARM, config.warm_python, self.limits, self.sandbox_user, self.cgroup_parents
+        )
 
     named_sessions = True
 
