@@ -7,10 +7,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := $(shell grep -hv '^\#' deps/apt.txt)
 CONTRACT := tests/contract
 CONTRACT_G2 := tests/contract_g2
+FONT_CACHE := /var/cache/codeexec/matplotlib
 
 .PHONY: install serve test lint typecheck pytest clean
 
-install: system-packages npm-global $(VENV)/.installed
+install: system-packages npm-global $(VENV)/.installed $(FONT_CACHE)
 
 # Installs only when something is missing, so a second run costs a dpkg query.
 system-packages:
@@ -32,6 +33,10 @@ $(VENV)/.installed: requirements-dev.txt lib/pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $@
+
+# matplotlib's font list, built once for every sandboxed run (lib/codeexec/sandbox/local/fonts.py).
+$(FONT_CACHE): | system-packages $(VENV)/.installed
+	$(SUDO) $(BIN)/python -c "from codeexec.sandbox.local import fonts; fonts.build()"
 
 $(CONTRACT)/node_modules/.installed: $(CONTRACT)/package-lock.json
 	cd $(CONTRACT) && npm ci --no-audit --no-fund --loglevel=error
@@ -64,6 +69,7 @@ bench: install
 	  [ -x "$$py" ] || py=$$(command -v python3.12); \
 	  $$py -m venv $(BENCH312) && $(BENCH312)/bin/pip install -q -r lib/requirements.txt -e lib; }
 	$(BIN)/python bench/bench.py $(BENCH_ARGS) $$([ -x $(BENCH312)/bin/python ] && echo --python $(BENCH312)/bin/python)
+	$(BIN)/python bench/interpreters_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/reaper_bench.py
 	$(BIN)/python bench/load_bench.py
 

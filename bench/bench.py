@@ -47,11 +47,12 @@ Call = Callable[[], None]
 
 
 @contextmanager
-def service(root: Path, key: str) -> Iterator[tuple[str, int]]:
-    """The embedded server as a subprocess; yields (base URL ending in /v1, its pid)."""
+def service(root: Path, key: str, warm_python: int = 0) -> Iterator[tuple[str, int]]:
+    """The embedded server as a subprocess; yields (base URL ending in /v1, its pid).
+    Cold runs unless told (interpreters_bench.py measures warm ones)."""
     port = _free_port()
     env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "CODE_EXEC_API_KEY": key,
-           "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root)}  # fmt: skip
+           "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root), "WARM_PYTHON": str(warm_python)}  # fmt: skip
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen([sys.executable, "-m", "codeexec.server"], env=env, stdout=log, stderr=log)
         try:
@@ -90,7 +91,8 @@ def _wait_listening(base: str, proc: subprocess.Popen[bytes]) -> None:
 def bare_call(stack: ExitStack, root: Path, lang: str) -> Call:
     """One run of `lang`'s print(1) in a leased sandbox, straight through the port: the
     very program the service hands the backend."""
-    sandboxes = make_sandboxes(Settings(sandbox_root=root / "bare", code_exec_api_key=SecretStr("unused")))
+    settings = Settings(sandbox_root=root / "bare", code_exec_api_key=SecretStr("unused"), warm_python=0)
+    sandboxes = make_sandboxes(settings)
     sandbox = stack.enter_context(sandboxes.create(OWNER.tag()))
     program = Program(lang, PRINT_ONE[lang], (), TIMEOUT)
 

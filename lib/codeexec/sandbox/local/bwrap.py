@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..port import Limit, LimitHit, RunResult
-from . import cgroups, seccomp
+from . import cgroups, fonts, seccomp
 from .limits import Limits
 from .toolchains import CODE_DIR, PYTHON_SITE
 
@@ -110,8 +110,8 @@ def bwrap_args(
         argv += ["--setenv", key, value]
     if code_dir is not None:
         argv += ["--ro-bind", code_dir, CODE_DIR]
-    for name, fd in program_fds.items():
-        argv += ["--ro-bind-data", str(fd), f"{CODE_DIR}/{name}"]
+    for name, fd in program_fds.items():  # a relative name is in /code
+        argv += ["--ro-bind-data", str(fd), name if name.startswith("/") else f"{CODE_DIR}/{name}"]
     # Last: the root bwrap built the rest on, and /dev, are RAM disks writable until now.
     # Device nodes stay writable on a read-only mount (/dev/null still takes output).
     return [*argv, "--remount-ro", "/dev", "--remount-ro", "/"]
@@ -128,9 +128,9 @@ def run(
     cancelled: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Run argv in a fresh sandbox over data_dir; `program` maps file names to the
-    contents placed read-only in /code. `cancelled` is asked every 20 ms; once it says
+    contents placed read-only in /code (with the font cache, fonts.py). `cancelled` is asked every 20 ms; once it says
     yes, the run is stopped."""
-    files = {**program, ".site/sitecustomize.py": PYTHON_SITE}
+    files = {**program, ".site/sitecustomize.py": PYTHON_SITE, **fonts.files()}
     with cgroups.run_cgroup(cgroup_parents, limits.memory_bytes, limits.max_processes) as cgroup:
         command = [*limits.prlimit_argv(cgroup.controllers), *argv]
         with sandbox(data_dir, command, files, limits, as_user, cgroup) as started:

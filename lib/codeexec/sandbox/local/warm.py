@@ -12,9 +12,9 @@ that let it start before anyone knows its session:
 - /code is the slot's `code` directory, read-only: the program's source is written there
   at the run, beside the interpreter (zygote.py) and the sitecustomize a cold run has.
 
-The interpreter reads its run on stdin and runs it in a forked child (zygote.py), so the
-run's CPU clock starts at zero. A sandbox serves one run and is then gone: no state, no
-descriptor and no memory of one run reaches another, and none sees two sessions.
+The interpreter reads its run on stdin and runs it in a forked child (zygote.py), whose
+CPU clock starts at zero. A sandbox serves one run and is then gone: no state, no descriptor and no
+memory of one run reaches another, and none sees two sessions.
 
 Never slower than cold: `take` never waits; with none ready, the run starts cold at once.
 A refill thread keeps `size` ready, started at low priority (nice) so that a refill never
@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ..port import RunResult
-from . import bwrap, cgroups
+from . import bwrap, cgroups, fonts
 from .limits import Limits
 from .toolchains import CODE_DIR, PYTHON_SITE
 from .zygote import READY as _READY
@@ -85,7 +85,9 @@ class Warm:
             argv = [*prlimit, "/usr/bin/python3", "-s", f"{CODE_DIR}/.zygote.py"]
             self.cpu = limits.cpu
             self.sandbox = self._stack.enter_context(
-                bwrap.sandbox(str(slot / "data"), argv, {}, limits, as_user, self.cgroup, str(code), _REFILL_NICE)
+                bwrap.sandbox(
+                    str(slot / "data"), argv, fonts.files(), limits, as_user, self.cgroup, str(code), _REFILL_NICE
+                )
             )
             self._await_ready()
         except BaseException:

@@ -3,9 +3,9 @@
 Started by warm.py in a sandbox made exactly as a cold run's, with nothing of a session
 yet: it imports what users import, says so on stdout, and reads its one run from stdin.
 By then the service has mounted the session's files on /mnt/data and written the program
-to /code. The program runs in a child forked for it, so its CPU clock and its rlimits'
-counters start at zero, as a cold run's do; this process only waits and hands on the
-child's exit status. It never runs a second program.
+to /code. The program runs in a child forked for it, its CPU clock at zero and its CPU
+limit a cold run's (the imports spent none of it); this process only waits and hands on
+the child's exit status. It never runs a second program.
 """
 
 import atexit
