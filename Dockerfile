@@ -21,9 +21,12 @@ COPY lib /src/lib
 RUN python3 -m venv /opt/codeexec \
  && PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
     /opt/codeexec/bin/pip install -q --no-cache-dir "/src/lib[server,agentcore,runner]" \
- && rm -rf /src
+ && rm -rf /src \
+ && /opt/codeexec/bin/python -c "from codeexec.sandbox.local import fonts; fonts.build()"
 # The runner listens on the MicroVM endpoint's default port; its sessions live in a volume.
-ENV PATH=/opt/codeexec/bin:$PATH RUNNER_HOST=0.0.0.0 RUNNER_PORT=8080 SANDBOX_ROOT=/var/lib/codeexec
+# One warm sandbox of each kind: a MicroVM serves one session, one run at a time.
+ENV PATH=/opt/codeexec/bin:$PATH RUNNER_HOST=0.0.0.0 RUNNER_PORT=8080 SANDBOX_ROOT=/var/lib/codeexec \
+    WARM_PYTHON=1 WARM_SANDBOXES=1
 VOLUME /var/lib/codeexec
 EXPOSE 8080
 CMD ["python", "-m", "codeexec.runner"]

@@ -47,12 +47,13 @@ Call = Callable[[], None]
 
 
 @contextmanager
-def service(root: Path, key: str, warm_python: int = 0) -> Iterator[tuple[str, int]]:
+def service(root: Path, key: str, warm: int = 0) -> Iterator[tuple[str, int]]:
     """The embedded server as a subprocess; yields (base URL ending in /v1, its pid).
     Cold runs unless told (interpreters_bench.py measures warm ones)."""
     port = _free_port()
     env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "CODE_EXEC_API_KEY": key,
-           "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root), "WARM_PYTHON": str(warm_python)}  # fmt: skip
+           "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root), "WARM_PYTHON": str(warm),
+           "WARM_SANDBOXES": str(warm)}  # fmt: skip
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen([sys.executable, "-m", "codeexec.server"], env=env, stdout=log, stderr=log)
         try:
@@ -91,7 +92,9 @@ def _wait_listening(base: str, proc: subprocess.Popen[bytes]) -> None:
 def bare_call(stack: ExitStack, root: Path, lang: str) -> Call:
     """One run of `lang`'s print(1) in a leased sandbox, straight through the port: the
     very program the service hands the backend."""
-    settings = Settings(sandbox_root=root / "bare", code_exec_api_key=SecretStr("unused"), warm_python=0)
+    settings = Settings(
+        sandbox_root=root / "bare", code_exec_api_key=SecretStr("unused"), warm_python=0, warm_sandboxes=0
+    )
     sandboxes = make_sandboxes(settings)
     sandbox = stack.enter_context(sandboxes.create(OWNER.tag()))
     program = Program(lang, PRINT_ONE[lang], (), TIMEOUT)
@@ -369,8 +372,12 @@ def main() -> None:
     parser.add_argument("--tput-seconds", type=float, default=15.0, help="time bound per side per level")
     parser.add_argument("--file-reps", type=int, default=20, help="1 MB upload+download round trips")
     parser.add_argument("--import-runs", type=int, default=7, help="fresh interpreters timing the import")
-    parser.add_argument("--python", action="append", default=[],
-                        help="another interpreter (with the library installed) to time init and first requests on")
+    parser.add_argument(
+        "--python",
+        action="append",
+        default=[],
+        help="another interpreter (with the library installed) to time init and first requests on",
+    )
     parser.add_argument("--quick", action="store_true", help="a short run while developing")
     args = parser.parse_args()
     if args.quick:

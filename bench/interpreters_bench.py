@@ -6,10 +6,11 @@ Three sides, interleaved call by call so that the machine's noise falls on all a
 - plain: `bwrap --unshare-all ... python3 -c CODE` started from this process, nothing of
   the service's (no cgroup, no seccomp, no limits, no session, no HTTP);
 - warm: the whole service over HTTP (`POST /v1/exec`, a new session each call), with
-  warm interpreters (WARM_PYTHON);
-- cold: the same service with WARM_PYTHON=0, what every run was before.
+  warm sandboxes (WARM_PYTHON, WARM_SANDBOXES);
+- cold: the same service with both 0, what every run was before.
 
-Three programs: print(1), a pandas sum, a matplotlib chart saved as PNG. Latency is taken
+The programs: print(1), a pandas sum, a matplotlib chart saved as PNG, and a hello world
+in js and bash (warm sandboxes of any language). Latency is taken
 at a chat's pace, one call of each side every `--pace` seconds: a pool refills between
 calls, as it does between a model's turns. Throughput is taken back to back at
 concurrency 1, 4 and 16, where pools empty and runs start cold: it shows what a burst gets.
@@ -32,18 +33,23 @@ from roots import sandbox_root
 from bench import TIMEOUT, machine, pct, service, throughput
 
 PROGRAMS = {
-    "print(1)": ("print(1)", "1\n"),
-    "pandas sum": ("import pandas as pd\nprint(int(pd.Series(range(1000)).sum()))", "499500\n"),
+    "print(1)": ("py", "print(1)", "1\n"),
+    "pandas sum": ("py", "import pandas as pd\nprint(int(pd.Series(range(1000)).sum()))", "499500\n"),
     "matplotlib PNG": (
+        "py",
         "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('chart')\nplt.savefig('chart.png')\n"
         "print('saved')",
         "saved\n",
     ),
+    "js console.log": ("js", "console.log(1)", "1\n"),
+    "bash echo": ("bash", "echo 1", "1\n"),
 }
+# How the plain side launches each language: its interpreter on the code, nothing else.
+PLAIN = {"py": ["/usr/bin/python3", "-c"], "js": ["/usr/bin/node", "-e"], "bash": ["/bin/bash", "-c"]}
 Call = Callable[[], None]
 
 
-def plain_call(code: str, expected: str) -> Call:
+def plain_call(lang: str, code: str, expected: str) -> Call:
     """The interpreter in a bare bubblewrap sandbox: its own namespaces, /usr, /etc, and a
     /tmp to work in. The floor any sandboxed launch of python3 stands on."""
     argv = [
@@ -52,7 +58,7 @@ def plain_call(code: str, expected: str) -> Call:
         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
         "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
         "--setenv", "HOME", "/tmp", "--setenv", "MPLBACKEND", "Agg",
-        "/usr/bin/python3", "-c", code,
+        *PLAIN[lang], code,
     ]  # fmt: skip
 
     def call() -> None:
@@ -62,8 +68,8 @@ def plain_call(code: str, expected: str) -> Call:
     return call
 
 
-def service_call(client: httpx.Client, code: str, expected: str) -> Call:
-    body = {"lang": "py", "code": code}
+def service_call(client: httpx.Client, lang: str, code: str, expected: str) -> Call:
+    body = {"lang": lang, "code": code}
 
     def call() -> None:
         reply = client.post("/exec", json=body)
@@ -92,9 +98,9 @@ def latency_table(clients: dict[str, httpx.Client], calls: int, pace: float) -> 
     print(f"\nlatency, ms: {calls} calls a side, one of each side every {pace:g} s, interleaved")
     print(f"{'program':<16}{'side':<8}{'p50':>8}{'p90':>8}{'p99':>8}{'p50/plain':>11}{'p99/p50':>9}")
     main = {}
-    for label, (code, expected) in PROGRAMS.items():
-        sides = {"plain": plain_call(code, expected)}
-        sides |= {name: service_call(client, code, expected) for name, client in clients.items()}
+    for label, program in PROGRAMS.items():
+        sides = {"plain": plain_call(*program)}
+        sides |= {name: service_call(client, *program) for name, client in clients.items()}
         times = paced(sides, calls, pace)
         plain50 = pct(times["plain"], 50)
         for side, found in times.items():
@@ -112,14 +118,14 @@ def throughput_table(urls: dict[str, str], key: str, calls: int, max_seconds: fl
     main = {}
     with ExitStack() as stack:
         for label in ("print(1)", "pandas sum"):
-            code, expected = PROGRAMS[label]
+            program = PROGRAMS[label]
             for conc in (1, 4, 16):
                 clients = {
                     side: [stack.enter_context(_client(url, key)) for _ in range(conc)] for side, url in urls.items()
                 }
-                warm_calls = [service_call(c, code, expected) for c in clients["warm"]]
-                cold_calls = [service_call(c, code, expected) for c in clients["cold"]]
-                plain_calls = [plain_call(code, expected) for _ in range(conc)]
+                warm_calls = [service_call(c, *program) for c in clients["warm"]]
+                cold_calls = [service_call(c, *program) for c in clients["cold"]]
+                plain_calls = [plain_call(*program) for _ in range(conc)]
                 warm, cold = throughput(warm_calls, cold_calls, calls, max_seconds)
                 plain, _ = throughput(plain_calls, cold_calls[:1], calls // 2, max_seconds / 2)
                 ratios = f"{warm / cold:10.2f}x{warm / plain:11.2f}x"
@@ -137,7 +143,7 @@ def run(args: argparse.Namespace) -> None:
     os.environ["MAX_CONCURRENT_RUNS"] = "32"  # throughput, not admission: no 429 at 16 at once
     print(f"machine: {machine()}")
     with sandbox_root() as warm_root, sandbox_root() as cold_root, ExitStack() as stack:
-        warm_url, _ = stack.enter_context(service(warm_root, key, warm_python=args.warm))
+        warm_url, _ = stack.enter_context(service(warm_root, key, warm=args.warm))
         cold_url, _ = stack.enter_context(service(cold_root, key))
         urls = {"warm": warm_url, "cold": cold_url}
         clients = {side: stack.enter_context(_client(url, key)) for side, url in urls.items()}
@@ -145,8 +151,8 @@ def run(args: argparse.Namespace) -> None:
         main = latency_table(clients, args.calls, args.pace)
         main |= throughput_table(urls, key, args.tput_calls, args.tput_seconds)
     print(
-        f"\nmain (WARM_PYTHON={args.warm}; targets: print(1) p50 <= 0.6x plain, pandas < 30 ms, PNG < 60 ms, "
-        "p99 < 2x p50): " + " | ".join(f"{name} {value}" for name, value in main.items())
+        f"\nmain (WARM_PYTHON=WARM_SANDBOXES={args.warm}; targets: print(1) p50 <= 0.6x plain, "
+        "pandas < 30 ms, PNG < 60 ms, p99 < 2x p50): " + " | ".join(f"{name} {value}" for name, value in main.items())
     )
 
 
@@ -156,7 +162,7 @@ def main() -> None:
     parser.add_argument("--pace", type=float, default=0.6, help="seconds between one call of each side and the next")
     parser.add_argument("--tput-calls", type=int, default=96, help="calls per side per concurrency level")
     parser.add_argument("--tput-seconds", type=float, default=10.0, help="time bound per side per level")
-    parser.add_argument("--warm", type=int, default=4, help="WARM_PYTHON of the warm service")
+    parser.add_argument("--warm", type=int, default=4, help="WARM_PYTHON and WARM_SANDBOXES of the warm service")
     parser.add_argument("--quick", action="store_true", help="a short run while developing")
     args = parser.parse_args()
     if args.quick:

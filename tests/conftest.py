@@ -5,7 +5,8 @@ With CODEEXEC_TEST_BACKEND=runner (`make test-runner`), every app a test builds 
 the very same settings (root, limits), and the app switched to SANDBOX_BACKEND=runner.
 
 With CODEEXEC_TEST_WARM=1 (`make test-warm`), every `local` app keeps a warm Python
-interpreter, and waits for it before the test: the test's first Python run is warm.
+interpreter and a warm sandbox for any language, and waits for them before the test: the
+test's first Python run, and its first run of another language, are warm.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ CODEEXEC_TEST_BACKEND = os.environ.get("CODEEXEC_TEST_BACKEND", "local")
 WARM_PYTHON = int(os.environ.get("CODEEXEC_TEST_WARM", "0"))
 # Every Settings() a test makes, and every service it starts, keeps as many: a pool no
 # fixture closes would keep its interpreters (about 150 MB each) to the end of the session.
-os.environ["WARM_PYTHON"] = str(WARM_PYTHON)
+os.environ["WARM_PYTHON"] = os.environ["WARM_SANDBOXES"] = str(WARM_PYTHON)
 
 
 # One btrfs filesystem for every test's sandbox root (the local backend's storage needs
@@ -77,26 +78,27 @@ def settings(sandbox_root: Path) -> Settings:
         # Small enough that a test can send one byte more than the limit.
         max_upload_bytes=5 << 20,
         warm_python=WARM_PYTHON,
+        warm_sandboxes=WARM_PYTHON,
     )
 
 
 @pytest.fixture(autouse=bool(WARM_PYTHON))
 def warm_pools(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each app's warm interpreters ready before the test, and gone after it."""
-    made: list[Sandboxes] = []
+    made: list[warm.Pool] = []
 
     def ready(settings: Settings) -> Sandboxes:
         sandboxes = make_sandboxes(settings)
-        pool = getattr(sandboxes, "warm", None)
-        if pool is not None:
-            made.append(sandboxes)
+        pools = [pool for pool in getattr(sandboxes, "warm", {}).values() if pool]
+        for pool in pools:
+            made.append(pool)
             pool.wait_ready()
         return sandboxes
 
     monkeypatch.setattr(app_module, "make_sandboxes", ready)
     yield
-    for sandboxes in made:
-        sandboxes.warm.close()  # type: ignore[attr-defined]
+    for pool in made:
+        pool.close()
 
 
 @pytest.fixture

@@ -288,13 +288,13 @@ def test_slow_toolchains_get_their_own_time_limit(
     client: TestClient, monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> None:
     seen: list[float] = []
-    real_run = bwrap.run
+    real_finish = bwrap.finish  # what every run ends in, cold or warm
 
-    def recording_run(data_dir: str, argv: list[str], program: object, timeout: float, *rest: object, **kw: object):
+    def recording_finish(started: object, cgroup: object, timeout: float, *rest: object):
         seen.append(timeout)
-        return real_run(data_dir, argv, program, timeout, *rest, **kw)  # type: ignore[arg-type]
+        return real_finish(started, cgroup, timeout, *rest)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(bwrap, "run", recording_run)
+    monkeypatch.setattr(bwrap, "finish", recording_finish)
     run(client, "true", "bash")
     run(client, "fn main() {}", "rs")
     assert TOOLCHAINS["rs"].min_timeout > settings.run_timeout_seconds

@@ -1,7 +1,7 @@
-"""Warm Python interpreters (sandbox/local/warm.py): a warm run is a cold run's equal in
-isolation and limits, sees nothing of an earlier run or of another session, and a run
-that finds none ready starts cold. (`make test-warm` runs the security and limit suites
-with warm interpreters too.)"""
+"""Warm sandboxes (sandbox/local/warm.py): a warm run is a cold run's equal in isolation
+and limits, sees nothing of an earlier run or of another session, and a run that finds
+none ready starts cold. (`make test-warm` runs the security, limit and language suites
+warm too.)"""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ WARM = "import sys\nprint('warm' if 'pandas' in sys.modules else 'cold')\n"
 
 @pytest.fixture
 def app(settings: Settings, warm_pools: None) -> FastAPI:
-    return create_app(settings.model_copy(update={"warm_python": 2}))
+    return create_app(settings.model_copy(update={"warm_python": 2, "warm_sandboxes": 2}))
 
 
 @pytest.fixture
@@ -36,8 +36,12 @@ def run(client: TestClient, code: str, **body: Any) -> dict[str, Any]:
     return reply.json()
 
 
+def pools(app: FastAPI) -> dict[str, Any]:
+    return app.state.service.sessions.sandboxes.warm  # type: ignore[no-any-return]
+
+
 def wait_warm(app: FastAPI) -> None:
-    assert app.state.service.sessions.sandboxes.warm.wait_ready()
+    assert all(pool.wait_ready() for pool in pools(app).values())
 
 
 def test_a_warm_run_sees_nothing_of_an_earlier_one(app: FastAPI, client: TestClient) -> None:
@@ -110,15 +114,37 @@ def test_warm_runs_stop_at_the_same_limits(app: FastAPI, client: TestClient, set
 
 
 def test_with_none_ready_a_run_starts_cold_at_once(app: FastAPI, client: TestClient) -> None:
-    warm = app.state.service.sessions.sandboxes.warm
-    taken = [warm.take(), warm.take()]  # the pool is empty now, and refilling
+    wait_warm(app)
+    pools(app)["any"].close()  # a sandbox for any language refills in ms: none of those
+    interpreters = pools(app)["py"]
+    taken = [interpreters.take() for _ in range(2)]  # both: the pool refills now, in about a second
     try:
         reply = run(client, WARM + "print(6 * 7)")
-        assert reply["stdout"] == "cold\n42\n"
+        assert reply["stdout"] == "cold\n42\n"  # it did not wait for the refill
     finally:
         for ready in taken:
             assert ready is not None
             ready.close()
+
+
+def test_other_languages_run_in_a_sandbox_made_ahead(app: FastAPI, client: TestClient) -> None:
+    wait_warm(app)
+    before = pools(app)["any"].taken
+    js = client.post(
+        "/v1/exec",
+        json={"lang": "js", "code": "require('fs').writeFileSync('j.txt', 'js'); console.log(process.argv.length)"},
+    ).json()
+    assert js["stdout"] == "2\n" and [f["name"] for f in js["files"]] == ["j.txt"]
+    wait_warm(app)
+    probe = "echo \"$0|$1|$2\"; pwd; ls /mnt/data; cat /proc/self/status | grep -E '^(Uid|NoNewPrivs|Seccomp):'"
+    bash = client.post(
+        "/v1/exec", json={"lang": "bash", "code": probe, "args": ["a b", "$(id)\n'"], "session_id": js["session_id"]}
+    ).json()
+    lines = bash["stdout"].splitlines()
+    # Its args as given, its own session's files, and a cold run's confinement.
+    assert lines[0] == "/code/main.sh|a b|$(id)" and lines[1] == "'" and lines[2:4] == ["/mnt/data", "j.txt"], bash
+    assert lines[4].split()[1:] == ["65534"] * 4 and lines[5:] == ["NoNewPrivs:\t1", "Seccomp:\t2"]
+    assert pools(app)["any"].taken == before + 2
 
 
 def test_a_warm_run_prints_its_own_errors_and_exit_status(app: FastAPI, client: TestClient) -> None:

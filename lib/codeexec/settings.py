@@ -103,9 +103,11 @@ class Settings(BaseSettings):
     max_session_bytes: int = 1_073_741_824  # all of a session's files together
     # Use cgroups where the host offers them; false leaves rlimits alone to hold.
     sandbox_cgroups: bool = True
-    # Python interpreters kept ready, numpy, pandas and matplotlib imported (`local`, as
-    # root): a run takes one, or starts cold at once when none is ready. 0 turns them off.
-    warm_python: int = 2
+    # Sandboxes kept ready (`local`, as root): Python interpreters with numpy, pandas and
+    # matplotlib imported, and sandboxes for any language. A run takes one, or starts cold
+    # at once when none is ready; 0 turns them off. About 150 MB each, and 2 MB.
+    warm_python: int = 4
+    warm_sandboxes: int = 4
 
     @field_validator("code_exec_auth_modes", "code_exec_jwt_algorithms", mode="before")
     @classmethod

@@ -33,6 +33,7 @@ def make_sandboxes(settings: Settings) -> Sandboxes:
                 use_cgroups=settings.sandbox_cgroups,
                 image_bytes=settings.sandbox_image_bytes,
                 warm_python=settings.warm_python,
+                warm_sandboxes=settings.warm_sandboxes,
                 # The longest run (compilers get at least a minute), and a little more.
                 hold_wait_seconds=max(settings.run_timeout_seconds, 60) + 15,
             )

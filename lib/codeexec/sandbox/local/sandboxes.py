@@ -59,6 +59,7 @@ class LocalConfig:
     use_cgroups: bool = True  # where the host offers them; else rlimits alone hold
     image_bytes: int = 0  # the btrfs image made where SANDBOX_ROOT has none (0: from free space)
     warm_python: int = 0  # Python interpreters kept ready (warm.py)
+    warm_sandboxes: int = 0  # sandboxes kept ready for any language
     # How long a call waits for a session another holds: beyond the longest run.
     hold_wait_seconds: float = 75.0
 
@@ -101,9 +102,8 @@ class LocalSandbox:
         timeout, cancelled = toolchain.timeout(program.timeout), cancel.exists if cancel else None
         self._restore_data_dir()
         try:
-            ready = backend.warm.take() if backend.warm and program.lang == "py" else None
-            if ready is not None:
-                result = ready.run(self._data, source, code, program.args, timeout, backend.limits, cancelled)
+            if (ready := backend.take_warm(program.lang)) is not None:
+                result = ready.run(self._data, {source: code}, argv, timeout, cancelled)
                 if result is not None:
                     return result
             return bwrap.run(
@@ -167,11 +167,18 @@ class LocalSandboxes:
         (self.root / _CANCELS).mkdir(mode=0o700, exist_ok=True)
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
-        self.warm = warm.Pool.start(
-            self.root / _WARM, config.warm_python, self.limits, self.sandbox_user, self.cgroup_parents
-        )
+        terms = self.root / _WARM, self.limits, self.sandbox_user, self.cgroup_parents
+        self.warm = {
+            "py": warm.Pool.start(warm.Interpreter, terms[0], config.warm_python, *terms[1:]),
+            "any": warm.Pool.start(warm.Shell, terms[0], config.warm_sandboxes, *terms[1:]),
+        }
 
     named_sessions = True
+
+    def take_warm(self, lang: str) -> warm.Warm | None:
+        """A sandbox made ahead for this run: Python's own for py, else one for any language."""
+        pools = (self.warm["py"], self.warm["any"]) if lang == "py" else (self.warm["any"],)
+        return next((ready for pool in pools if pool and (ready := pool.take())), None)
 
     @contextlib.contextmanager
     def create(

@@ -1,5 +1,9 @@
-"""Warm Python interpreters: sandboxes started before their run, numpy, pandas and
-matplotlib already imported, each waiting for the one run it will ever have.
+"""Warm sandboxes: made before their run, each waiting for the one run it will ever have.
+
+Two kinds. An Interpreter is Python with numpy, pandas and matplotlib already imported
+(zygote.py), for py runs. A Shell waits to become any language's command line: the
+sandbox, its cgroup and its mounts are made before the request, which is most of a cold
+start that is not the language's own.
 
 A warm sandbox is made exactly as a cold run's (bwrap.py: the same namespaces, seccomp
 filter, uid, rlimits and its own cgroup with the run's limits), with two differences
@@ -8,18 +12,19 @@ that let it start before anyone knows its session:
 - /mnt/data is a mount point of its own slot (`SANDBOX_ROOT/.warm/<slot>/data`), under a
   mount with shared propagation. At the run, the service bind-mounts the session's data
   directory on it, and the kernel propagates that mount into the waiting sandbox alone
-  (bwrap's mounts are slaves of the host's). The slot is unmounted and removed after.
+  (bwrap's mounts are slaves of the host's); the service checks, through the sandbox's
+  own root, that it arrived. The slot is unmounted and removed after.
 - /code is the slot's `code` directory, read-only: the program's source is written there
-  at the run, beside the interpreter (zygote.py) and the sitecustomize a cold run has.
+  at the run, beside the sitecustomize a cold run has.
 
-The interpreter reads its run on stdin and runs it in a forked child (zygote.py), whose
-CPU clock starts at zero. A sandbox serves one run and is then gone: no state, no descriptor and no
-memory of one run reaches another, and none sees two sessions.
+A sandbox serves one run and is then gone: no state, no descriptor and no memory of one
+run reaches another, and none sees two sessions.
 
 Never slower than cold: `take` never waits; with none ready, the run starts cold at once.
 A refill thread keeps `size` ready, started at low priority (nice) so that a refill never
 takes a core from a run; a sandbox gets its normal priority back when its run is handed
-over. It needs root (mounts); elsewhere, or with WARM_PYTHON=0, every run is cold.
+over. It needs root (mounts) and a memory cgroup; elsewhere, or with WARM_PYTHON=0 and
+WARM_SANDBOXES=0, every run is cold.
 """
 
 from __future__ import annotations
@@ -28,22 +33,24 @@ import atexit
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import json
 import logging
 import os
 import secrets
+import shlex
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..port import RunResult
 from . import bwrap, cgroups, fonts
+from .bwrap import ARTIFACT_DIR
 from .limits import Limits
 from .toolchains import CODE_DIR, PYTHON_SITE
-from .zygote import READY as _READY
-from .zygote import TAKEN as _TAKEN
+from .zygote import READY
 
 log = logging.getLogger("codeexec.local.warm")
 
@@ -56,8 +63,8 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 def _mount(source: str | None, target: str, flags: int) -> None:
     if _libc.mount(source and os.fsencode(source), os.fsencode(target), None, flags, None) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno), target)
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), target)
 
 
 def unmount(target: str) -> None:
@@ -65,41 +72,46 @@ def unmount(target: str) -> None:
 
 
 class Warm:
-    """One sandbox waiting for its run."""
+    """One sandbox waiting for its run. What waits in it, and how it is handed its run,
+    is the kind's (Interpreter, Shell)."""
+
+    files: Mapping[str, bytes] = {}  # placed in /code beside the sitecustomize
 
     def __init__(self, slot: Path, limits: Limits, as_user: tuple[int, int], parents: Mapping[str, cgroups.Parent]):
         self.slot = slot
+        self.limits = limits
         self._stack = contextlib.ExitStack()
         try:
             (slot / "data").mkdir(parents=True)
             os.chown(slot / "data", *as_user)
             code = slot / "code"
             (code / ".site").mkdir(parents=True)
-            (code / ".site" / "sitecustomize.py").write_bytes(PYTHON_SITE)
-            (code / ".zygote.py").write_bytes(_ZYGOTE)
+            for name, content in {".site/sitecustomize.py": PYTHON_SITE, **self.files}.items():
+                (code / name).write_bytes(content)
             self.cgroup = self._stack.enter_context(
                 cgroups.run_cgroup(parents, limits.memory_bytes, limits.max_processes)
             )
-            # The CPU limit is set in the program's own process: the imports spend none of it.
-            prlimit = limits.prlimit_argv(self.cgroup.controllers, cpu=False)
-            argv = [*prlimit, "/usr/bin/python3", "-s", f"{CODE_DIR}/.zygote.py"]
-            self.cpu = limits.cpu
+            argv = self.command(limits, self.cgroup.controllers)
             self.sandbox = self._stack.enter_context(
                 bwrap.sandbox(
                     str(slot / "data"), argv, fonts.files(), limits, as_user, self.cgroup, str(code), _REFILL_NICE
                 )
             )
-            self._await_ready()
+            if self._read(len(READY)) != READY:
+                raise RuntimeError("the warm sandbox exited, or said something else than ready")
         except BaseException:
             self.close()
             raise
 
-    def _await_ready(self) -> None:
-        if self._read(len(_READY)) != _READY:
-            raise RuntimeError("the warm interpreter exited, or said something else than ready")
+    def command(self, limits: Limits, controllers: frozenset[str]) -> list[str]:
+        raise NotImplementedError
+
+    def request(self, argv: Sequence[str]) -> bytes:
+        """The line that hands over the run of argv (the language's command line)."""
+        raise NotImplementedError
 
     def _read(self, size: int) -> bytes:
-        """What the interpreter says before the run, read unbuffered: the rest is the run's."""
+        """What the sandbox says before the run, read unbuffered: the rest is the run's."""
         stdout = self.sandbox.proc.stdout
         assert stdout is not None
         got = b""
@@ -111,41 +123,41 @@ class Warm:
         return got
 
     def run(
-        self, data_dir: str, source: str, code: bytes, args: tuple[str, ...], timeout: float, limits: Limits,
+        self, data_dir: str, program: Mapping[str, bytes], argv: Sequence[str], timeout: float,
         cancelled: Callable[[], bool] | None,
     ) -> RunResult | None:  # fmt: skip
         """The run, in the session whose artifact directory is data_dir; then gone. None
         when the sandbox failed before the program was handed over: the caller runs cold."""
         try:
             try:
-                self._hand_over(data_dir, source, code, args)
-            except (OSError, ValueError):
-                log.exception("a warm interpreter could not take its run; it runs cold")
+                self._hand_over(data_dir, program, argv)
+            except OSError:
+                log.exception("a warm sandbox could not take its run; it runs cold")
                 return None
-            return bwrap.finish(self.sandbox, self.cgroup, timeout, limits, cancelled)
+            return bwrap.finish(self.sandbox, self.cgroup, timeout, self.limits, cancelled)
         finally:
             self.close()
 
-    def _hand_over(self, data_dir: str, source: str, code: bytes, args: tuple[str, ...]) -> None:
-        (self.slot / "code" / source).write_bytes(code)
+    def _hand_over(self, data_dir: str, program: Mapping[str, bytes], argv: Sequence[str]) -> None:
+        for name, content in program.items():
+            (self.slot / "code" / name).write_bytes(content)
         target = str(self.slot / "data")
         _mount(data_dir, target, _MS_BIND)
         self._stack.callback(unmount, target)
         _mount(None, target, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
+        # The session's mount must have reached this sandbox (seen through its own root),
+        # or the program would run in an empty directory.
+        inside, session = os.stat(f"/proc/{self.sandbox.child}/root{ARTIFACT_DIR}"), os.stat(data_dir)
+        if (inside.st_dev, inside.st_ino) != (session.st_dev, session.st_ino):
+            raise OSError(errno.EIO, "the session's files did not reach the warm sandbox")
         self._normal_priority()
         stdin = self.sandbox.proc.stdin
         assert stdin is not None
-        data = os.stat(data_dir)
-        request = {
-            "source": f"{CODE_DIR}/{source}", "args": list(args), "data": [data.st_dev, data.st_ino], "cpu": self.cpu,
-        }  # fmt: skip
-        stdin.write(json.dumps(request).encode() + b"\n")
+        stdin.write(self.request(argv))
         stdin.close()
-        if self._read(len(_TAKEN)) != _TAKEN:
-            raise ValueError("the session's files did not reach the warm sandbox")
 
     def _normal_priority(self) -> None:
-        """Every process of the sandbox, before the program is forked: it inherits it."""
+        """Every process of the sandbox, before the program starts: it inherits it."""
         pids = [self.sandbox.proc.pid]
         if self.sandbox.child is not None:
             pids.append(self.sandbox.child)
@@ -165,14 +177,49 @@ class Warm:
             shutil.rmtree(self.slot, ignore_errors=True)
 
 
+class Interpreter(Warm):
+    """Python with numpy, pandas and matplotlib imported (zygote.py), for py runs."""
+
+    files = {".zygote.py": _ZYGOTE}
+
+    def command(self, limits: Limits, controllers: frozenset[str]) -> list[str]:
+        # The CPU limit is set in the program's own process: the imports spend none of it.
+        return [*limits.prlimit_argv(controllers, cpu=False), "/usr/bin/python3", "-s", f"{CODE_DIR}/.zygote.py"]
+
+    def request(self, argv: Sequence[str]) -> bytes:
+        # argv is the py toolchain's: python3 -s <source> <args...>.
+        source, *args = argv[2:]
+        return json.dumps({"source": source, "args": args, "cpu": self.limits.cpu}).encode() + b"\n"
+
+
+class Shell(Warm):
+    """A shell that waits, then becomes the run's command line: for every language, the
+    sandbox and its cgroup made before the request (most of a cold start that is not the
+    language's own)."""
+
+    # The command line arrives as a file beside the program (it may hold any byte), and
+    # the line on stdin says go. stdin is then /dev/null, as a cold run's.
+    _WAIT = "printf '\\000codeexec-warm-ready\\n'; read -r _ || exit 0; exec </dev/null; cd /mnt/data && . /code/.run"
+
+    def command(self, limits: Limits, controllers: frozenset[str]) -> list[str]:
+        return [*limits.prlimit_argv(controllers), "/bin/sh", "-c", self._WAIT]
+
+    def request(self, argv: Sequence[str]) -> bytes:
+        (self.slot / "code" / ".run").write_text(f"exec {shlex.join(argv)}\n")
+        return b"go\n"
+
+
 class Pool:
     """Up to `size` warm sandboxes ready, refilled in the background."""
 
     def __init__(
-        self, root: Path, size: int, limits: Limits, as_user: tuple[int, int], parents: Mapping[str, cgroups.Parent]
-    ) -> None:
+        self, kind: type[Warm], root: Path, size: int, limits: Limits, as_user: tuple[int, int],
+        parents: Mapping[str, cgroups.Parent],
+    ) -> None:  # fmt: skip
+        self.kind = kind
         self.root = root
         self.size = size
+        self.taken = 0  # how many runs it served (for tests and benchmarks)
         self._terms = limits, as_user, parents
         self._ready: list[Warm] = []
         self._lock = threading.Lock()
@@ -181,18 +228,19 @@ class Pool:
         self._failures = 0
         _shared_mount(root)
         self._wanted.set()
-        threading.Thread(target=self._refill, name="warm-refill", daemon=True).start()
+        threading.Thread(target=self._refill, name=f"warm-{kind.__name__.lower()}", daemon=True).start()
 
     @classmethod
     def start(
-        cls, root: Path, size: int, limits: Limits, as_user: tuple[int, int], parents: Mapping[str, cgroups.Parent]
-    ) -> Pool | None:
-        """A pool, or None where warm interpreters cannot be had: not root (no mounts), or
+        cls, kind: type[Warm], root: Path, size: int, limits: Limits, as_user: tuple[int, int],
+        parents: Mapping[str, cgroups.Parent],
+    ) -> Pool | None:  # fmt: skip
+        """A pool, or None where warm sandboxes cannot be had: not root (no mounts), or
         no memory cgroup (an address-space limit would count the preloaded libraries)."""
         if size <= 0 or os.geteuid() != 0 or "memory" not in parents:
             return None
         try:
-            pool = cls(root, size, limits, as_user, parents)
+            pool = cls(kind, root, size, limits, as_user, parents)
         except OSError as exc:
             log.warning("warm interpreters are off: %s", exc)
             return None
@@ -210,6 +258,7 @@ class Pool:
         """A ready sandbox at once, or None: the caller runs cold, never waits."""
         with self._lock:
             warm = self._ready.pop() if self._ready else None
+            self.taken += warm is not None
         self._wanted.set()
         return warm
 
@@ -227,11 +276,11 @@ class Pool:
             self._wanted.clear()
             while not self._closed and len(self._ready) < self.size:
                 try:
-                    warm = Warm(self.root / f"{os.getpid()}-{secrets.token_hex(6)}", *self._terms)
+                    warm = self.kind(self.root / f"{os.getpid()}-{secrets.token_hex(6)}", *self._terms)
                 except Exception:
                     # Cold runs go on; a pool that keeps failing stops trying.
                     self._failures += 1
-                    log.exception("a warm interpreter failed to start")
+                    log.exception("a warm sandbox (%s) failed to start", self.kind.__name__)
                     if self._failures >= 3:
                         self._closed = True
                     break
