@@ -104,6 +104,7 @@ class Warm:
             raise
 
     def command(self, limits: Limits, controllers: frozenset[str]) -> list[str]:
+        """What waits in the sandbox, under the run's rlimits."""
         raise NotImplementedError
 
     def request(self, argv: Sequence[str]) -> bytes:
