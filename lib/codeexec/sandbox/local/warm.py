@@ -56,6 +56,7 @@ log = logging.getLogger("codeexec.local.warm")
 
 _ZYGOTE = (Path(__file__).parent / "zygote.py").read_bytes()
 _REFILL_NICE = 10
+_MEMORY_BYTES = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 _MS_BIND, _MS_REMOUNT, _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_SHARED = 4096, 32, 2, 4, 16384, 1 << 20
 _MNT_DETACH = 2
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -76,6 +77,7 @@ class Warm:
     is the kind's (Interpreter, Shell)."""
 
     files: Mapping[str, bytes] = {}  # placed in /code beside the sitecustomize
+    memory_bytes = 2 << 20  # what one holds while it waits, about
 
     def __init__(self, slot: Path, limits: Limits, as_user: tuple[int, int], parents: Mapping[str, cgroups.Parent]):
         self.slot = slot
@@ -182,6 +184,7 @@ class Interpreter(Warm):
     """Python with numpy, pandas and matplotlib imported (zygote.py), for py runs."""
 
     files = {".zygote.py": _ZYGOTE}
+    memory_bytes = 160 << 20
 
     def command(self, limits: Limits, controllers: frozenset[str]) -> list[str]:
         # The CPU limit is set in the program's own process: the imports spend none of it.
@@ -238,6 +241,8 @@ class Pool:
     ) -> Pool | None:  # fmt: skip
         """A pool, or None where warm sandboxes cannot be had: not root (no mounts), or
         no memory cgroup (an address-space limit would count the preloaded libraries)."""
+        # Waiting sandboxes of a kind hold at most an eighth of the host's memory.
+        size = min(size, _MEMORY_BYTES // 8 // kind.memory_bytes)
         if size <= 0 or os.geteuid() != 0 or "memory" not in parents:
             return None
         try:
