@@ -23,10 +23,10 @@ from pydantic import SecretStr
 from codeexec import errors
 from codeexec.api.app import create_app
 from codeexec.reaper import reap
-from codeexec.runner.protocol import KEY_HEADER
 from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.port import Limit, OwnerTag, Program
 from codeexec.sandbox.runner import RunnerSandboxes
+from codeexec.sandbox.runner.protocol import KEY_HEADER
 from codeexec.settings import Settings
 
 from .calls import run, upload

@@ -1,4 +1,4 @@
-"""The runner: the sandbox port of a `local` backend, served over HTTP (routes in protocol.py).
+"""The runner: the sandbox port of a `local` backend, served over HTTP (routes in `codeexec.sandbox.runner.protocol`).
 
 It is what the `runner` backend leases sandboxes from when the service itself cannot run
 bubblewrap: a Lambda function under `sam local`, or the API function in the cloud talking
@@ -32,7 +32,7 @@ from .. import ids
 from ..errors import BackendUnavailable, BadRequest, ServiceError, SessionNotFound, UnsupportedLanguage
 from ..sandbox.local import LocalSandbox, LocalSandboxes
 from ..sandbox.port import Lease, OwnerTag
-from . import protocol
+from ..sandbox.runner import protocol
 from .holds import Holds, acquire_or_abandon
 
 log = logging.getLogger("codeexec.runner")

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from ...errors import BackendUnavailable, ServiceError
-from ...runner import protocol
+from . import protocol
 
 log = logging.getLogger("codeexec.runner.client")
 

@@ -1,6 +1,6 @@
 """The `runner` backend: sandboxes leased from a runner (`python -m codeexec.runner`) over HTTP.
 
-Every port operation crosses as one request (routes in `codeexec.runner.protocol`); the
+Every port operation crosses as one request (routes in protocol.py); the
 sandboxes, their leases and their locks are the runner's `local` backend's. What needs
 more than one request:
 
@@ -25,8 +25,8 @@ from urllib.parse import quote
 
 from ... import ids
 from ...errors import SessionNotFound, TooLarge
-from ...runner import protocol
 from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
+from . import protocol
 from .client import ResponseReader, RunnerClient
 
 CHUNK = 1 << 16

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import errors
-from ..sandbox.port import FileInfo, Lease, Limit, LimitHit, OwnerTag, Program, RunResult
+from ... import errors
+from ..port import FileInfo, Lease, Limit, LimitHit, OwnerTag, Program, RunResult
 
 KEY_HEADER = "X-Runner-Key"
 SIZE_HEADER = "X-File-Size"
