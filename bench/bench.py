@@ -39,6 +39,7 @@ from codeexec.settings import Settings
 REPO = Path(__file__).resolve().parent.parent
 PRINT_ONE = {"py": "print(1)", "js": "console.log(1)", "bash": "echo 1"}
 TIMEOUT = 30.0
+THROUGHPUT_SLOTS = 32  # more than the 16 at once measured: no 429 in a throughput figure
 OWNER = Owner("bench")
 Call = Callable[[], None]
 
@@ -47,13 +48,16 @@ Call = Callable[[], None]
 
 
 @contextmanager
-def service(root: Path, key: str, warm: int = 0) -> Iterator[tuple[str, int]]:
+def service(root: Path, key: str, warm: int = 0, runs: int | None = None) -> Iterator[tuple[str, int]]:
     """The embedded server as a subprocess; yields (base URL ending in /v1, its pid).
-    Cold runs unless told (interpreters_bench.py measures warm ones)."""
+    Cold runs unless told (interpreters_bench.py measures warm ones); `runs` run slots, to
+    measure throughput rather than admission (load_bench.py measures that)."""
     port = _free_port()
     env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "CODE_EXEC_API_KEY": key,
            "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root), "WARM_PYTHON": str(warm),
            "WARM_SANDBOXES": str(warm)}  # fmt: skip
+    if runs is not None:
+        env["MAX_CONCURRENT_RUNS"] = str(runs)
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen([sys.executable, "-m", "codeexec.server"], env=env, stdout=log, stderr=log)
         try:
@@ -297,7 +301,7 @@ def run(args: argparse.Namespace) -> None:
     key = secrets.token_urlsafe(24)
     print(f"machine: {machine()}")
     with sandbox_root() as root, ExitStack() as stack:
-        url, pid = stack.enter_context(service(root, key))
+        url, pid = stack.enter_context(service(root, key, runs=THROUGHPUT_SLOTS))
         idle_mb = proc_status(pid, "VmRSS")
 
         def client() -> httpx.Client:

@@ -19,7 +19,6 @@ concurrency 1, 4 and 16, where pools empty and runs start cold: it shows what a 
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import shutil
 import subprocess
@@ -30,7 +29,7 @@ from contextlib import ExitStack
 import httpx
 from roots import sandbox_root
 
-from bench import TIMEOUT, machine, pct, service, throughput
+from bench import THROUGHPUT_SLOTS, TIMEOUT, machine, pct, service, throughput
 
 PROGRAMS = {
     "print(1)": ("py", "print(1)", "1\n"),
@@ -140,11 +139,10 @@ def _client(url: str, key: str) -> httpx.Client:
 
 def run(args: argparse.Namespace) -> None:
     key = secrets.token_urlsafe(24)
-    os.environ["MAX_CONCURRENT_RUNS"] = "32"  # throughput, not admission: no 429 at 16 at once
     print(f"machine: {machine()}")
     with sandbox_root() as warm_root, sandbox_root() as cold_root, ExitStack() as stack:
-        warm_url, _ = stack.enter_context(service(warm_root, key, warm=args.warm))
-        cold_url, _ = stack.enter_context(service(cold_root, key))
+        warm_url, _ = stack.enter_context(service(warm_root, key, warm=args.warm, runs=THROUGHPUT_SLOTS))
+        cold_url, _ = stack.enter_context(service(cold_root, key, runs=THROUGHPUT_SLOTS))
         urls = {"warm": warm_url, "cold": cold_url}
         clients = {side: stack.enter_context(_client(url, key)) for side, url in urls.items()}
         time.sleep(3)  # the warm service's first interpreters, as a deployment has them after its start
