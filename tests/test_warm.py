@@ -122,7 +122,8 @@ def test_warm_runs_stop_at_the_same_limits(app: FastAPI, client: TestClient, set
 
 def test_with_none_ready_a_run_starts_cold_at_once(app: FastAPI, client: TestClient) -> None:
     wait_warm(app)
-    pools(app)["any"].close()  # a sandbox for any language refills in ms: none of those
+    for small in ("any", "py-bare"):  # these refill in ms: none of them
+        pools(app)[small].close()
     interpreters = pools(app)["py"]
     taken = [interpreters.take() for _ in range(2)]  # both: the pool refills now, in about a second
     try:
@@ -132,6 +133,15 @@ def test_with_none_ready_a_run_starts_cold_at_once(app: FastAPI, client: TestCli
         for ready in taken:
             assert ready is not None
             ready.close()
+
+
+def test_a_program_naming_no_library_forks_from_a_bare_interpreter(app: FastAPI, client: TestClient) -> None:
+    wait_warm(app)
+    taken = {name: pool.taken for name, pool in pools(app).items()}
+    # (It names none of them itself: the heavy interpreter has loaded over a thousand modules.)
+    reply = run(client, "import sys, time\nprint(len(sys.modules) < 200, time.process_time() < 0.3, sys.argv)")
+    assert reply["stdout"] == "True True ['/code/main.py']\n", reply
+    assert {name: pool.taken - taken[name] for name, pool in pools(app).items()} == {"py": 0, "py-bare": 1, "any": 0}
 
 
 def test_other_languages_run_in_a_sandbox_made_ahead(app: FastAPI, client: TestClient) -> None:

@@ -104,8 +104,9 @@ class Settings(BaseSettings):
     # Use cgroups where the host offers them; false leaves rlimits alone to hold.
     sandbox_cgroups: bool = True
     # Sandboxes kept ready (`local`, as root): Python interpreters with numpy, pandas and
-    # matplotlib imported, and sandboxes for any language. A run takes one, or starts cold
-    # at once when none is ready; 0 turns them off. About 150 MB each, and 2 MB.
+    # matplotlib imported (about 150 MB each); bare Python interpreters and sandboxes for
+    # any language, as many of each (16 and 2 MB). A run takes one, or starts cold at once
+    # when none is ready; 0 turns them off.
     warm_python: int = 4
     warm_sandboxes: int = 4
 

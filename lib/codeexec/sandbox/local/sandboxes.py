@@ -102,7 +102,7 @@ class LocalSandbox:
         timeout, cancelled = toolchain.timeout(program.timeout), cancel.exists if cancel else None
         self._restore_data_dir()
         try:
-            if (ready := backend.take_warm(program.lang)) is not None:
+            if (ready := backend.take_warm(program)) is not None:
                 result = ready.run(self._data, {source: code}, argv, timeout, cancelled)
                 if result is not None:
                     return result
@@ -170,15 +170,19 @@ class LocalSandboxes:
         terms = self.root / _WARM, self.limits, self.sandbox_user, self.cgroup_parents
         self.warm = {
             "py": warm.Pool.start(warm.Interpreter, terms[0], config.warm_python, *terms[1:]),
+            "py-bare": warm.Pool.start(warm.BareInterpreter, terms[0], config.warm_sandboxes, *terms[1:]),
             "any": warm.Pool.start(warm.Shell, terms[0], config.warm_sandboxes, *terms[1:]),
         }
 
     named_sessions = True
 
-    def take_warm(self, lang: str) -> warm.Warm | None:
-        """A sandbox made ahead for this run: Python's own for py, else one for any language."""
-        pools = (self.warm["py"], self.warm["any"]) if lang == "py" else (self.warm["any"],)
-        return next((ready for pool in pools if pool and (ready := pool.take())), None)
+    def take_warm(self, program: Program) -> warm.Warm | None:
+        """A sandbox made ahead for this run: for py an interpreter, the one with the
+        libraries it names first; else, or when none is ready, one for any language."""
+        order = ["any"]
+        if program.lang == "py":
+            order[:0] = ["py", "py-bare"] if warm.wants_preloaded(program.code) else ["py-bare", "py"]
+        return next((ready for name in order if (pool := self.warm[name]) and (ready := pool.take())), None)
 
     @contextlib.contextmanager
     def create(

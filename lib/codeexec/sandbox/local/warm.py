@@ -1,7 +1,8 @@
 """Warm sandboxes: made before their run, each waiting for the one run it will ever have.
 
-Two kinds. An Interpreter is Python with numpy, pandas and matplotlib already imported
-(zygote.py), for py runs. A Shell waits to become any language's command line: the
+Three kinds. An Interpreter is Python with numpy, pandas and matplotlib already imported
+(zygote.py), for py runs that name them; a BareInterpreter, Python started and nothing
+imported, for the others. A Shell waits to become any language's command line: the
 sandbox, its cgroup and its mounts are made before the request, which is most of a cold
 start that is not the language's own.
 
@@ -37,6 +38,7 @@ import errno
 import json
 import logging
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -194,6 +196,24 @@ class Interpreter(Warm):
         # argv is the py toolchain's: python3 -s <source> <args...>.
         source, *args = argv[2:]
         return json.dumps({"source": source, "args": args, "cpu": self.limits.cpu}).encode() + b"\n"
+
+
+class BareInterpreter(Interpreter):
+    """Python started and nothing imported: a run that needs none of the preloaded
+    libraries forks from a small process, whose fork and exit cost next to nothing."""
+
+    memory_bytes = 16 << 20
+
+    def command(self, limits: Limits, controllers: frozenset[str]) -> list[str]:
+        return [*super().command(limits, controllers), "--bare"]
+
+
+# A program that names one of these wants an Interpreter; any other, a bare one.
+_PRELOADED_USERS = re.compile(r"\b(numpy|pandas|matplotlib|seaborn|scipy|sklearn|statsmodels)\b")
+
+
+def wants_preloaded(code: str) -> bool:
+    return _PRELOADED_USERS.search(code) is not None
 
 
 class Shell(Warm):

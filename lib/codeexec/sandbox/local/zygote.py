@@ -99,7 +99,8 @@ def exit_code(source: str, args: list[str]) -> int:
 
 
 def main() -> None:
-    preload()
+    if "--bare" not in sys.argv[1:]:  # a bare interpreter has started Python, nothing more
+        preload()
     # What the imports made is never garbage: the run's collections skip it, and so never
     # touch (and copy) the pages the fork shares with this process.
     gc.freeze()
