@@ -40,6 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 PRINT_ONE = {"py": "print(1)", "js": "console.log(1)", "bash": "echo 1"}
 TIMEOUT = 30.0
 THROUGHPUT_SLOTS = 32  # more than the 16 at once measured: no 429 in a throughput figure
+# The Lambda handler's figures: on Lambda the backend is never `local`, and keeps no sandboxes.
+NO_WARM = {"WARM_PYTHON": "0", "WARM_SANDBOXES": "0"}
 OWNER = Owner("bench")
 Call = Callable[[], None]
 
@@ -216,7 +218,7 @@ print(json.dumps([t1 - t0, *times]))
 
 def first_requests(python: str, runs: int, root: Path) -> list[list[float]]:
     """[import, first request, second request] in ms, for `runs` fresh interpreters."""
-    env = {**os.environ, "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root / "first"),
+    env = {**os.environ, "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root / "first"), **NO_WARM,
            "CODE_EXEC_API_KEY": "sam-local-key", "PYTHONPATH": str(REPO), "POWERTOOLS_METRICS_NAMESPACE": "bench",
            "POWERTOOLS_LOG_LEVEL": "WARNING"}  # fmt: skip
     env.pop("AWS_LAMBDA_FUNCTION_NAME", None)
@@ -246,7 +248,7 @@ def cold_import(runs: int, root: Path) -> tuple[list[float], dict[str, float]]:
     Returns the times of `runs` fresh interpreters, and the median self time of each
     top-level package over three more runs under -X importtime (which slows it a little)."""
     code = "import time; t = time.perf_counter(); import handlers.api; print(time.perf_counter() - t)"
-    env = {**os.environ, "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root / "cold"),
+    env = {**os.environ, "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root / "cold"), **NO_WARM,
            "CODE_EXEC_API_KEY": "cold", "PYTHONPATH": str(REPO)}  # fmt: skip
     env.pop("AWS_LAMBDA_FUNCTION_NAME", None)
     times = []
