@@ -164,7 +164,7 @@ def test_other_languages_run_in_a_sandbox_made_ahead(app: FastAPI, client: TestC
     assert pools(app)["any"].taken == before + 2
 
 
-def test_a_warm_run_prints_its_own_errors_and_exit_status(app: FastAPI, client: TestClient) -> None:
+def test_a_warm_run_prints_its_own_errors_and_runs_its_atexit(app: FastAPI, client: TestClient) -> None:
     failed = run(client, WARM + "def f():\n    raise ValueError('nope')\nf()")
     assert failed["stdout"] == "warm\n"
     assert failed["stderr"] == (

@@ -274,12 +274,12 @@ class _Output:
     exit_code: int
 
 
-def _collect(sandbox: Sandbox, timeout: float, limits: Limits, cancelled: Callable[[], bool]) -> _Output:
+def _collect(started: Sandbox, timeout: float, limits: Limits, cancelled: Callable[[], bool]) -> _Output:
     """Read both pipes to the end and wait for bwrap, keeping at most max_output_bytes of
     each pipe, and stop the run at the deadline or when it is cancelled. Output past the
     cap is read and dropped, so a program printing without end costs the service no
     memory; one that closes its pipes is still waited for, not on."""
-    proc = sandbox.proc
+    proc = started.proc
     assert proc.stdout is not None and proc.stderr is not None
     kept = {"stdout": bytearray(), "stderr": bytearray()}
     dropped: set[str] = set()
@@ -298,7 +298,7 @@ def _collect(sandbox: Sandbox, timeout: float, limits: Limits, cancelled: Callab
                     stopped = LimitHit(Limit.CANCELLED, 0)
                 next_watch = now + _WATCH_SECONDS
             if stopped:
-                sandbox.kill()
+                started.kill()
                 break
             wait = max(min(deadline, next_watch) - time.monotonic(), 0)
             if sel.get_map():

@@ -208,7 +208,8 @@ class BareInterpreter(Interpreter):
         return [*super().command(limits, controllers), "--bare"]
 
 
-# A program that names one of these wants an Interpreter; any other, a bare one.
+# A program that names one of zygote.PRELOADED, or a library built on them, wants an
+# Interpreter; any other, a bare one.
 _PRELOADED_USERS = re.compile(r"\b(numpy|pandas|matplotlib|seaborn|scipy|sklearn|statsmodels)\b")
 
 
@@ -304,12 +305,13 @@ class Pool:
                 try:
                     warm = self.kind(self.root / f"{os.getpid()}-{secrets.token_hex(6)}", *self._terms)
                 except Exception:
-                    # Cold runs go on; a pool that keeps failing stops trying.
+                    # Cold runs go on; a pool that fails three times in a row stops trying.
                     self._failures += 1
                     log.exception("a warm sandbox (%s) failed to start", self.kind.__name__)
                     if self._failures >= 3:
                         self._closed = True
                     break
+                self._failures = 0
                 with self._lock:
                     if not self._closed:
                         self._ready.append(warm)
