@@ -74,7 +74,7 @@ bench: install
 	$(BIN)/python bench/load_bench.py
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check handlers lib tests bench
+	$(BIN)/ruff check handlers lib tests bench sam-local
 
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy handlers lib/codeexec
@@ -88,10 +88,15 @@ $(SAM_VENV)/.installed: requirements-sam.txt
 	$(SAM_VENV)/bin/pip install -q -r requirements-sam.txt
 	touch $@
 
-# template.yaml through cfn-lint; tests/test_sam.py then builds it (no container) and checks the bundle.
+# template.yaml through cfn-lint, then the template SAM makes of it (sam-local/translate.py): on
+# the SAM form cfn-lint skips its IAM checks, and what SAM generates is only there after the
+# transform. tests/test_sam.py then builds it (no container) and checks the bundle and the IAM.
 .PHONY: sam
 sam: system-packages $(SAM_VENV)/.installed
 	$(SAM) validate --lint
+	@mkdir -p .aws-sam
+	$(SAM_VENV)/bin/python sam-local/translate.py template.yaml > .aws-sam/translated.json
+	$(SAM_VENV)/bin/cfn-lint .aws-sam/translated.json
 
 # sam local with no registry (README "sam local"): a Docker engine and debootstrap from
 # Debian, and the stand-in for Lambda's base image, built for this host's architecture.

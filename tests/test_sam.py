@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from fastapi import FastAPI
 from codeexec.large_files import KEY_PREFIX, URL_SECONDS
 from codeexec.settings import Settings
 
+from .cloudformation import SAM_PYTHON, STACK_ID, Stack, translated
 from .lambda_events import EVENTS
 
 ROOT = Path(__file__).parent.parent
@@ -54,11 +57,12 @@ def http_routes() -> dict[str, dict[str, Any]]:
 
 def test_the_template_routes_are_the_apps_routes(app: FastAPI) -> None:
     served = {f"{method.upper()} {path}" for path, item in app.openapi()["paths"].items() for method in item}
-    assert {key.replace("+}", "}") for key in http_routes()} == served, "template.yaml: one route per app route"
+    # A file id is a path (plots/a.png): API Gateway hands over the rest of the URL as the
+    # greedy `{proxy+}` (the one name SAM's invoke permissions understand), the app's file_id.
+    assert {key.replace("{proxy+}", "{file_id}") for key in http_routes()} == served, "one route per app route"
     for key, route in http_routes().items():
         assert route["ApiId"] == {"Ref": "HttpApi"}
         assert route["PayloadFormatVersion"] == "2.0"
-        # A file id is a path (plots/a.png): API Gateway must hand over the rest of the URL.
         assert "{file_id}" not in key
 
 
@@ -181,8 +185,10 @@ def _microvm_actions(function: str) -> set[str]:
 def test_each_function_is_granted_exactly_the_microvm_calls_it_makes() -> None:
     # The API function leases (Run, then Get while the VM boots), opens (Get, a token for
     # the runner) and ends a failed upload's session; the reaper lists, re-reads and ends.
+    # RunMicrovm passes the VM its network connectors, which takes PassNetworkConnector.
     assert _microvm_actions("ApiFunction") == {
-        "lambda:RunMicrovm", "lambda:GetMicrovm", "lambda:CreateMicrovmAuthToken", "lambda:TerminateMicrovm"
+        "lambda:RunMicrovm", "lambda:GetMicrovm", "lambda:CreateMicrovmAuthToken", "lambda:TerminateMicrovm",
+        "lambda:PassNetworkConnector",
     }  # fmt: skip
     assert _microvm_actions("ReaperFunction") == {"lambda:ListMicrovms", "lambda:GetMicrovm", "lambda:TerminateMicrovm"}
     resources = TEMPLATE["Resources"]
@@ -191,3 +197,107 @@ def test_each_function_is_granted_exactly_the_microvm_calls_it_makes() -> None:
     assert [rule["CidrIp"] for rule in egress] == ["127.0.0.1/32"]  # no way out
     env = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
     assert env["MICROVM_EGRESS_CONNECTOR"] == {"Fn::If": ["UseMicrovm", {"Fn::GetAtt": "EgressConnector.Arn"}, ""]}
+
+
+# -- the template SAM makes of it, as CloudFormation gets it ------------------------------
+
+needs_translator = pytest.mark.skipif(not SAM_PYTHON.exists(), reason="no SAM venv: `make sam` installs it")
+MICROVM = {
+    "SandboxBackend": "microvm", "MicrovmArtifactUri": "s3://artifacts/codeexec/runner.zip",
+    "MicrovmBaseImageArn": "arn:aws:lambda:us-east-1:aws:microvm-image:al2023-1", "MicrovmVpcId": "vpc-0123",
+    "MicrovmSubnetIds": "subnet-0a,subnet-0b",
+}  # fmt: skip
+STACKS = {
+    "the built-in interpreter": {},
+    "an interpreter of yours": {"CodeInterpreterId": "myInterpreter-AbC123xyZ9"},
+    "the stack's own interpreter": {"CreateCodeInterpreter": "true"},
+    "microvm": MICROVM,
+}
+
+
+def iam_data() -> dict[str, Any]:
+    """AWS's IAM data (the service authorization reference: each action's resource types
+    and their ARN formats) as cfn-lint ships it."""
+    [policies] = (ROOT / ".venv-sam" / "lib").glob("python3*/site-packages/cfnlint/data/AdditionalSpecs/Policies.json")
+    return json.loads(policies.read_text())  # type: ignore[no-any-return]
+
+
+def statements(stack: Stack) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every statement of every inline policy of every role the stack creates."""
+    for name, role in stack.resources("AWS::IAM::Role").items():
+        for policy in role.get("Policies", []):
+            for statement in policy["PolicyDocument"]["Statement"]:
+                yield name, statement
+
+
+def arn_format(arn: str) -> re.Pattern[str]:
+    return re.compile(re.sub(r"\\\$\\\{[A-Za-z]+\\\}", "[^:/]*", re.escape(arn).replace(r"\.\*", ".*")))
+
+
+def listed(value: str | list[str]) -> list[str]:
+    return value if isinstance(value, list) else [value]
+
+
+@needs_translator
+@pytest.mark.parametrize("parameters", STACKS.values(), ids=STACKS.keys())
+def test_every_grant_names_resources_of_the_types_iam_authorizes_the_action_on(parameters: dict[str, str]) -> None:
+    data, stack = iam_data(), Stack(translated(), parameters)
+    for role, statement in statements(stack):
+        assert statement["Effect"] == "Allow" and "Condition" not in statement, role
+        granted = listed(statement["Resource"])
+        for action in listed(statement["Action"]):
+            service, name = action.split(":")
+            types = data[service]["Actions"][name.lower()].get("Resources", [])
+            if not types:  # no resource-level permission: IAM matches only "*"
+                assert granted == ["*"], f"{role}: {action} on {granted}"
+                continue
+            formats = [arn_format(f) for t in types for f in data[service]["Resources"][t.lower()]["ARNFormats"]]
+            for resource in granted:
+                assert any(f.fullmatch(resource) for f in formats), f"{role}: {action} is not authorized on {resource}"
+
+
+AGENTCORE_STACKS = {name: parameters for name, parameters in STACKS.items() if name != "microvm"}
+
+
+@needs_translator
+@pytest.mark.parametrize("parameters", AGENTCORE_STACKS.values(), ids=AGENTCORE_STACKS.keys())
+def test_agentcore_is_granted_on_the_interpreter_the_functions_use(parameters: dict[str, str]) -> None:
+    stack = Stack(translated(), parameters)
+    functions = stack.resources("AWS::Lambda::Function").values()
+    [interpreter] = {f["Environment"]["Variables"]["AGENTCORE_CODE_INTERPRETER_ID"] for f in functions}
+    granted = {
+        resource
+        for _, statement in statements(stack)
+        if any(action.startswith("bedrock-agentcore:") for action in listed(statement["Action"]))
+        for resource in listed(statement["Resource"])
+    }
+    # The built-in interpreter is AWS's (account `aws`); any other is `code-interpreter-custom`.
+    kind = "aws:code-interpreter" if interpreter == "aws.codeinterpreter.v1" else "123456789012:code-interpreter-custom"
+    assert granted == {f"arn:aws:bedrock-agentcore:us-east-1:{kind}/{interpreter}"}
+
+
+@needs_translator
+@pytest.mark.parametrize("route", sorted(http_routes()))
+def test_api_gateway_may_invoke_the_function_on_every_route(route: str) -> None:
+    # API Gateway invokes with the request's own path in its source ARN; a permission whose
+    # path keeps a placeholder literally (SAM's for any greedy name but `proxy`) refuses it.
+    method, path = route.split(" ")
+    request = re.sub(r"\{\w+\+\}", "plots/a.png", path.replace("{session_id}", "Uakgb_J5m9g-0JDMbcJqL"))
+    source = f"arn:aws:execute-api:us-east-1:123456789012:HttpApi-physical/$default/{method}{request}"
+    stack = Stack(translated(), {})
+    allowed = [p["SourceArn"] for p in stack.resources("AWS::Lambda::Permission").values()]
+    assert any(fnmatch.fnmatchcase(source, arn) for arn in allowed), (source, allowed)
+
+
+@needs_translator
+def test_the_reapers_schedule_is_named_per_stack() -> None:
+    # Schedule names are unique in an account and region: two stacks of this template in one
+    # must not both be `ReaperFunctionSchedule` (SAM's name whatever the stack).
+    other = re.sub(r"stack/.*", "stack/other/5a8e2c10-0f1b-11f0-9d3c-0a1b2c3d4e5f", STACK_ID)
+    names = [
+        schedule["Name"]
+        for stack_id in (STACK_ID, other)
+        for schedule in Stack(translated(), {}, stack_id).resources("AWS::Scheduler::Schedule").values()
+    ]
+    assert len(names) == len(set(names)) == 2
+    assert all(re.fullmatch(r"[0-9a-zA-Z-_.]{1,64}", name) for name in names)
