@@ -26,12 +26,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextlib.contextmanager
-def serving(app: Any, host: str = "127.0.0.1", port: int | None = None) -> Iterator[str]:
-    """Serve `app` until the block ends; yields its base URL (no trailing slash)."""
+def serving(app: Any, host: str = "127.0.0.1", port: int | None = None, certfile: str | None = None) -> Iterator[str]:
+    """Serve `app` until the block ends; yields its base URL (no trailing slash). With a
+    certificate file (its key, then its chain), over TLS."""
     port = port or free_port(host)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS, ssl_certfile=certfile
     )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -40,7 +42,7 @@ def serving(app: Any, host: str = "127.0.0.1", port: int | None = None) -> Itera
             raise RuntimeError("the test server did not start")
         time.sleep(0.02)
     try:
-        yield f"http://{host}:{port}"
+        yield f"{'https' if certfile else 'http'}://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)

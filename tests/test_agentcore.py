@@ -74,7 +74,7 @@ def stub(backend: AgentCoreSandboxes) -> Iterator[Stubber]:
 
     def to_stream(parsed: dict[str, Any], **_: Any) -> None:
         ((kind, content),) = parsed["stream"].items()
-        raw = eventstream.event(kind, content) if kind == "result" else eventstream.exception(kind, content["message"])
+        raw = eventstream.event(kind, content) if kind == "result" else eventstream.exception(kind, content)
         parsed["stream"] = EventStream(_Raw(raw), shape, EventStreamJSONParser(), "InvokeCodeInterpreter")
 
     client.meta.events.register("after-call.bedrock-agentcore.InvokeCodeInterpreter", to_stream)

@@ -5,11 +5,17 @@ launches past the rate limit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,12 +25,15 @@ from pydantic import SecretStr
 
 from codeexec.api.app import create_app
 from codeexec.reaper import reap
+from codeexec.runner.hooks import HOOKS
 from codeexec.sandbox.microvm import vm_ids
+from codeexec.sandbox.microvm.sandboxes import https
 from codeexec.settings import Settings
 
 from .calls import file_id, names, run, upload
 from .conftest import API_KEY
 from .fakes.microvms import FakeMicrovms, running_fake
+from .serving import free_port
 from .test_languages import ARG, HELLO, TOKEN
 
 IMAGE = "arn:aws:lambda:us-east-1:123456789012:microvm-image:codeexec-runner"
@@ -32,16 +41,24 @@ EGRESS = "arn:aws:lambda:us-east-1:123456789012:network-connector:codeexec-no-eg
 RUNNER_KEY = "microvm-runner-key-0123"
 
 
-@pytest.fixture
-def fake(aws_env: None, settings: Settings, tmp_path: Path) -> Iterator[FakeMicrovms]:
+@contextlib.contextmanager
+def trusted_fake(settings: Settings, monkeypatch: pytest.MonkeyPatch, **options: Any) -> Iterator[FakeMicrovms]:
+    """The fake, its endpoints' certificate authority trusted by every HTTPS client here."""
     root = Path(settings.sandbox_root) / "vms"  # reachable by the sandbox uid, unlike tmp_path
-    with running_fake(root, settings) as running:
+    with running_fake(root, settings, **options) as fake:
+        fake.ca.cert_pem.write_to_path(str(root.parent / "ca.pem"))
+        monkeypatch.setenv("SSL_CERT_FILE", str(root.parent / "ca.pem"))
+        yield fake
+
+
+@pytest.fixture
+def fake(aws_env: None, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeMicrovms]:
+    with trusted_fake(settings, monkeypatch) as running:
         yield running
 
 
-@pytest.fixture
-def app(settings: Settings, fake: FakeMicrovms) -> FastAPI:
-    microvm = {
+def microvm_settings(fake: FakeMicrovms) -> dict[str, Any]:
+    return {
         "sandbox_backend": "microvm",
         "microvm_image": IMAGE,
         "microvm_egress_connector": EGRESS,
@@ -51,7 +68,11 @@ def app(settings: Settings, fake: FakeMicrovms) -> FastAPI:
         "idle_timeout_seconds": 600,
         "microvm_boot_seconds": 20,
     }
-    return create_app(settings.model_copy(update=microvm))
+
+
+@pytest.fixture
+def app(settings: Settings, fake: FakeMicrovms) -> FastAPI:
+    return create_app(settings.model_copy(update=microvm_settings(fake)))
 
 
 @pytest.fixture
@@ -71,23 +92,33 @@ def test_a_session_is_a_microvm_launched_with_the_lease_and_no_egress(client: Te
     assert launch["idlePolicy"]["maxIdleDurationSeconds"] == 600  # the idle limit
     assert launch["idlePolicy"]["autoResumeEnabled"] is True
     assert launch["egressNetworkConnectors"] == [EGRESS]
-    payload = json.loads(launch["runHookPayload"])  # how the VM learns its owner and key
-    assert payload["runner_key"] == RUNNER_KEY and set(payload["owner"]) == {"org", "user"}
+    # The VM learns its runner key from RunMicrovm's payload, at AWS's hooks: the image's
+    # /ready, then /run with the payload as its body.
+    assert json.loads(launch["runHookPayload"]) == {"runner_key": RUNNER_KEY}
+    assert fake.hooks == [(f"{HOOKS}/ready", b""), (f"{HOOKS}/run", launch["runHookPayload"].encode())]
+    # The session, made through the runner once it had its key, is named after the VM and
+    # knows its owner (the runner's state, out of the sandbox's reach).
+    lease = runner_call(fake, session, f"/sessions/{session}").json()
+    assert lease["session_id"] == session and all(lease["owner"].values())
     # A second run lands in the same VM, and reads what the first wrote.
     again = run(client, "print(open('out.txt').read())", session_id=session)
     assert (again["session_id"], again["stdout"]) == (session, "vm\n")
     assert len(fake.launches) == 1
 
 
+def runner_call(fake: FakeMicrovms, session: str, path: str, **headers: str) -> httpx.Response:
+    """A call to the session's VM through its endpoint, as the backend makes it."""
+    vm = fake.vms[vm_ids.vm_of(session)]
+    proxy = {"X-aws-proxy-auth": next(iter(vm.tokens)), "X-aws-proxy-port": "8080"}
+    headers = proxy | {"X-Runner-Key": RUNNER_KEY} | headers
+    return httpx.get(f"{fake.endpoints_url}/endpoints/{vm.id}{path}", headers=headers)
+
+
 def test_the_endpoint_wants_a_minted_token_and_the_runner_its_key(client: TestClient, fake: FakeMicrovms) -> None:
     session = upload(client, "a.txt", b"x")["session_id"]
-    vm = fake.vms[vm_ids.vm_of(session)]
-    endpoint = f"{fake.base_url}/endpoints/{vm.id}/sessions"
-    assert httpx.get(endpoint, headers={"X-aws-proxy-port": "8080"}).status_code == 403
-    token = next(iter(vm.tokens))
-    proxied = {"X-aws-proxy-auth": token, "X-aws-proxy-port": "8080"}
-    assert httpx.get(endpoint, headers=proxied).status_code == 401  # the runner's own key is missing
-    assert httpx.get(endpoint, headers={**proxied, "X-Runner-Key": RUNNER_KEY}).status_code == 200
+    assert runner_call(fake, session, "/sessions", **{"X-aws-proxy-auth": "forged"}).status_code == 403
+    assert runner_call(fake, session, "/sessions", **{"X-Runner-Key": "wrong"}).status_code == 401
+    assert runner_call(fake, session, "/sessions").status_code == 200
 
 
 @pytest.mark.parametrize("lang", sorted(HELLO))
@@ -186,3 +217,63 @@ def test_vm_ids_map_to_session_ids_and_back() -> None:
     for bad in ("", "has_underscore", "a" * 22, "ends_in_underscore__x" + "_", "slash/id"):
         with pytest.raises(vm_ids.Unmappable):
             vm_ids.session_of(bad)
+
+
+def test_the_endpoint_is_used_as_https_whether_aws_answers_its_scheme_or_not() -> None:
+    assert https("mvm-0a1b.lambda-microvm.us-east-1.on.aws") == "https://mvm-0a1b.lambda-microvm.us-east-1.on.aws"
+    assert https("https://mvm-0a1b.example/x") == "https://mvm-0a1b.example/x"
+
+
+def test_a_session_runs_with_the_hook_envelope_of_aws_samples_and_an_endpoint_with_its_scheme(
+    aws_env: None, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with trusted_fake(settings, monkeypatch, hook_body="envelope", endpoint_scheme=True) as fake:
+        app = create_app(settings.model_copy(update=microvm_settings(fake)))
+        body = run(TestClient(app, headers={"X-API-Key": API_KEY}), "print(6 * 7)")
+        assert body["stdout"] == "42\n"
+        [vm] = fake.vms.values()
+        assert fake.record(vm)["endpoint"].startswith("https://")
+        [_, (_, envelope)] = fake.hooks
+        assert json.loads(envelope) == {"microvmId": vm.id, "runHookPayload": fake.launches[0]["runHookPayload"]}
+
+
+@pytest.fixture
+def hooked_runner(sandbox_root: Path) -> Iterator[tuple[str, str]]:
+    """`python -m codeexec.runner` as the image starts it in a VM: no key, its hooks on a port."""
+    port, hooks = free_port(), free_port()
+    env = {**os.environ, "RUNNER_PORT": str(port), "RUNNER_HOOK_PORT": str(hooks), "SANDBOX_ROOT": str(sandbox_root)}
+    env.pop("RUNNER_KEY", None)
+    process = subprocess.Popen([sys.executable, "-m", "codeexec.runner"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and "Sandbox runner on" in process.stdout.readline()
+        yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{hooks}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_the_runner_answers_awss_hooks_at_their_paths_with_their_bodies(hooked_runner: tuple[str, str]) -> None:
+    runner, hooks = hooked_runner
+    keyed = {"X-Runner-Key": RUNNER_KEY}
+    deadline = time.monotonic() + 20
+    while (ready := httpx.post(f"{hooks}{HOOKS}/ready")).status_code == 503:  # the build asks until it is up
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert ready.status_code == 200
+    assert httpx.get(f"{runner}/sessions", headers=keyed).status_code == 401  # no key until the run hook
+
+    assert httpx.post(f"{hooks}/run", content=b"{}").status_code == 404  # only AWS's paths
+    assert httpx.post(f"{hooks}{HOOKS}/run", content=b"not json").status_code == 400
+    assert httpx.post(f"{hooks}{HOOKS}/run", json={"owner": "x"}).status_code == 400
+    # The payload as the body, as AWS's API reference has it: the runner takes the key.
+    payload = json.dumps({"runner_key": RUNNER_KEY})
+    assert httpx.post(f"{hooks}{HOOKS}/run", content=payload).status_code == 200
+    assert httpx.get(f"{runner}/sessions", headers=keyed).status_code == 200
+    # AWS's samples' envelope of the same payload, again (a retried hook): the same key, fine.
+    envelope = {"microvmId": "mvm-0123456789abcdef", "runHookPayload": payload}
+    assert httpx.post(f"{hooks}{HOOKS}/run", json=envelope).status_code == 200
+    # Another key never replaces the first: the VM is its first caller's.
+    other = {"microvmId": "mvm-0123456789abcdef", "runHookPayload": json.dumps({"runner_key": "another-key"})}
+    assert httpx.post(f"{hooks}{HOOKS}/run", json=other).status_code == 409
+    assert httpx.get(f"{runner}/sessions", headers={"X-Runner-Key": "another-key"}).status_code == 401
+    assert httpx.get(f"{runner}/sessions", headers=keyed).status_code == 200

@@ -20,6 +20,13 @@ It behaves as AgentCore is documented or recorded to (../shared/FACTS.md):
 - executeCommand runs on a terminal (a pty): lines end in CRLF, stderr comes in stdout.
 - startCommandExecution starts a command on a terminal and answers a task id at once;
   getTask reports it, stopTask kills it.
+- listFiles answers a directory's entries as `resource_link` blocks (`uri`, `name`, and a
+  file's `size` and `mimeType`): the model's fields for a link; no recorded listing was
+  at hand to copy.
+
+Every reply, error and stream event is checked against botocore's model of the service
+before it is sent (models.py); one that breaks it is answered 500 and kept in
+`violations`, which the fake's `with` block raises at its end.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import mimetypes
 import os
 import pty
 import secrets
@@ -45,10 +53,12 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import eventstream
+from .models import ModelViolation, check_error, check_event, check_reply
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # The programs run with this environment only: nothing of the test process leaks in.
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+_SERVICE = "bedrock-agentcore"
 _STATUS = {
     "ResourceNotFoundException": 404,
     "ValidationException": 400,
@@ -57,6 +67,13 @@ _STATUS = {
     "ConflictException": 409,
     "AccessDeniedException": 403,
     "InternalServerException": 500,
+}
+_OPERATIONS = {
+    "PUT sessions/start": "StartCodeInterpreterSession",
+    "GET sessions/get": "GetCodeInterpreterSession",
+    "POST sessions/list": "ListCodeInterpreterSessions",
+    "PUT sessions/stop": "StopCodeInterpreterSession",
+    "POST tools/invoke": "InvokeCodeInterpreter",
 }
 # Longer than any test run; a process still running then is killed.
 _PROCESS_SECONDS = 120
@@ -82,7 +99,9 @@ class Task:
     def report(self) -> dict[str, Any]:
         structured: dict[str, Any] = {"taskId": self.id, "taskStatus": self.status, "stdout": _text_of(self.output)}
         if self.status != "working":
-            structured |= {"stderr": "", "exitCode": self.process.returncode}
+            structured["stderr"] = ""
+        if self.process.returncode is not None:  # a task stopped a moment ago may not be reaped yet
+            structured["exitCode"] = self.process.returncode
         return _result([_text(f"task {self.id} {self.status}")], structured)
 
 
@@ -94,6 +113,7 @@ class Session:
     timeout: int
     created: float
     home: Path  # the session's VM: its working directory and its own /mnt
+    updated: float = 0.0
     stopped: bool = False
     tasks: dict[str, Task] = field(default_factory=dict)
 
@@ -104,9 +124,14 @@ class Session:
     def ready(self) -> bool:
         return not self.stopped and time.time() < self.created + self.timeout
 
+    def record(self) -> dict[str, Any]:
+        """What Get answers (and, with lastUpdatedAt, what a listing's item carries)."""
+        record = {"codeInterpreterIdentifier": self.interpreter, "sessionId": self.id, "createdAt": _iso(self.created)}
+        record["status"] = "READY" if self.ready() else "TERMINATED"
+        return record | ({"name": self.name} if self.name is not None else {})
+
     def summary(self) -> dict[str, Any]:
-        item = {"codeInterpreterIdentifier": self.interpreter, "sessionId": self.id, "createdAt": _iso(self.created)}
-        return item | {"name": self.name, "status": "READY" if self.ready() else "TERMINATED"}
+        return self.record() | {"lastUpdatedAt": _iso(max(self.updated, self.created))}
 
     def in_vm(self, argv: list[str]) -> list[str]:
         """argv as a process of this session's VM: the host's files, the VM's own /mnt."""
@@ -118,7 +143,7 @@ class Session:
         return subprocess.Popen(self.in_vm(argv), env=env, start_new_session=True, **streams)
 
     def end(self) -> None:
-        self.stopped = True
+        self.stopped, self.updated = True, time.time()
         for task in self.tasks.values():
             _kill(task.process)
         shutil.rmtree(self.home, ignore_errors=True)
@@ -137,6 +162,8 @@ class FakeAgentCore:
     calls: list[str] = field(default_factory=list)  # "PUT sessions/start", "invoke readFiles", ...
     # Errors to answer instead of the next calls: (code, whether inside the event stream).
     faults: list[tuple[str, bool]] = field(default_factory=list)
+    # Replies that broke botocore's model of the service (answered 500 instead).
+    violations: list[str] = field(default_factory=list)
     # Ids the next started sessions get instead of fresh ULIDs.
     next_ids: list[str] = field(default_factory=list)
     # The arguments of every executeCode call, in order.
@@ -166,7 +193,7 @@ class FakeAgentCore:
 
     def get(self, interpreter: str, session_id: str) -> dict[str, Any]:
         session = self._session(interpreter, session_id, ready=False)
-        return session.summary() | {"sessionTimeoutSeconds": session.timeout}
+        return session.record() | {"sessionTimeoutSeconds": session.timeout}
 
     def list(self, interpreter: str, body: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
@@ -189,6 +216,7 @@ class FakeAgentCore:
         tools = {
             "writeFiles": self._write_files,
             "readFiles": self._read_files,
+            "listFiles": self._list_files,
             "removeFiles": self._remove_files,
             "executeCommand": self._execute_command,
             "executeCode": self._execute_code,
@@ -217,12 +245,26 @@ class FakeAgentCore:
             if not target.is_file():
                 return _result([_text(f"no such file: {path}")], is_error=True)
             data = target.read_bytes()
-            resource: dict[str, Any] = {"uri": f"file://{target}"}
+            resource: dict[str, Any] = {"uri": f"file://{target}", "mimeType": _mime_type(target)}
             try:  # the service answers text files as text, others as blobs
                 resource |= {"type": "text", "text": data.decode()}
             except UnicodeDecodeError:
                 resource |= {"type": "blob", "blob": data}
             blocks.append({"type": "resource", "resource": resource})
+        return _result(blocks)
+
+    def _list_files(self, session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
+        directory = _inside(session.workdir, arguments.get("directoryPath") or ".")
+        if not directory.is_dir():
+            return _result([_text(f"no such directory: {arguments.get('directoryPath')}")], is_error=True)
+        blocks = []
+        for entry in sorted(directory.iterdir()):
+            link: dict[str, Any] = {"type": "resource_link", "uri": f"file://{entry}", "name": entry.name}
+            if entry.is_dir():
+                link |= {"uri": f"file://{entry}/", "description": "directory"}
+            else:
+                link |= {"size": entry.stat().st_size, "mimeType": _mime_type(entry)}
+            blocks.append(link)
         return _result(blocks)
 
     def _remove_files(self, session: Session, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -314,6 +356,7 @@ class FakeAgentCore:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    operation: str | None = None  # the AgentCore operation of the request being answered
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's spelling
         self._serve()
@@ -328,6 +371,12 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # quiet: request lines would only clutter test output
 
     def _serve(self) -> None:
+        try:
+            self._answer()
+        except ModelViolation:
+            self._reply(500, "application/json", b'{"message": "the fake broke the model"}')
+
+    def _answer(self) -> None:
         fake = self.server.fake
         url = urlsplit(self.path)
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
@@ -338,6 +387,7 @@ class _Handler(BaseHTTPRequestHandler):
         if len(parts) < 3 or parts[0] != "code-interpreters":
             return self._error("ValidationException", "unknown route")
         interpreter, route = parts[1], f"{self.command} {'/'.join(parts[2:])}"
+        self.operation = _OPERATIONS.get(route)
         session_id = query.get("sessionId") or self.headers.get("x-amzn-code-interpreter-session-id", "")
         if route != "POST tools/invoke":
             fake.calls.append(route)
@@ -355,21 +405,35 @@ class _Handler(BaseHTTPRequestHandler):
             }
             if route not in handlers:
                 return self._error("ValidationException", "unknown route")
-            self._reply(200, "application/json", json.dumps(handlers[route]()).encode())
+            reply = handlers[route]()
+            self._checked(check_reply, _SERVICE, self.operation, reply)
+            self._reply(200, "application/json", json.dumps(reply).encode())
         except ApiError as exc:
             self._error(exc.code, str(exc))
 
     def _stream(self, session_id: str, result: dict[str, Any], fault: tuple[str, bool] | None) -> None:
+        self._checked(check_event, _SERVICE, "InvokeCodeInterpreter", "result", _wire(result))
         frames = eventstream.event("result", result)
         if fault:  # an error event after the result, as a stream that fails midway would
             member = fault[0][0].lower() + fault[0][1:]  # an error event names its member
-            frames += eventstream.exception(member, "injected fault")
+            error = _error_body(fault[0], "injected fault")
+            self._checked(check_event, _SERVICE, "InvokeCodeInterpreter", member, error)
+            frames += eventstream.exception(member, error)
         headers = {"x-amzn-code-interpreter-session-id": session_id}
         self._reply(200, "application/vnd.amazon.eventstream", frames, headers)
 
     def _error(self, code: str, text: str) -> None:
-        body = json.dumps({"message": text}).encode()
-        self._reply(_STATUS[code], "application/json", body, {"x-amzn-errortype": code})
+        body = _error_body(code, text)
+        self._checked(check_error, _SERVICE, self.operation, code, _STATUS[code], body)
+        self._reply(_STATUS[code], "application/json", json.dumps(body).encode(), {"x-amzn-errortype": code})
+
+    def _checked(self, check: Any, *args: Any) -> None:
+        """`check(*args)`, its violation remembered (and raised: the reply is not sent)."""
+        try:
+            check(*args)
+        except ModelViolation as exc:
+            self.server.fake.violations.append(str(exc))
+            raise
 
     def _reply(self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -403,11 +467,13 @@ class RunningFake:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, failed: object, *exc: object) -> None:
         self.fake.close()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
+        if self.fake.violations and failed is None:
+            raise ModelViolation("; ".join(self.fake.violations))
 
 
 def _inside(root: Path, path: str) -> Path:
@@ -491,4 +557,19 @@ def _text(text: str) -> dict[str, Any]:
 
 
 def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat()
+    """A timestamp as AWS writes them: UTC, milliseconds, `Z`."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _mime_type(path: Path) -> str:
+    return mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+
+
+def _error_body(code: str, text: str) -> dict[str, Any]:
+    """An error's JSON: its message, and why, where the model requires a reason."""
+    return {"message": text} | ({"reason": "FieldValidationFailed"} if code == "ValidationException" else {})
+
+
+def _wire(value: Any) -> Any:
+    """A reply as it goes on the wire (blobs in base64), for the model's check."""
+    return json.loads(eventstream.to_json(value))

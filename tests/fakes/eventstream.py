@@ -26,9 +26,9 @@ def event(event_type: str, content: dict[str, Any]) -> bytes:
     return message(headers, to_json(content))
 
 
-def exception(error_type: str, text: str) -> bytes:
+def exception(error_type: str, body: dict[str, Any]) -> bytes:
     headers = {":message-type": "exception", ":exception-type": error_type, ":content-type": "application/json"}
-    return message(headers, to_json({"message": text}))
+    return message(headers, to_json(body))
 
 
 def to_json(value: Any) -> bytes:

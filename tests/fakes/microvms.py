@@ -2,10 +2,17 @@
 botocore `lambda-microvms` client, and of each VM's HTTPS endpoint.
 
 Each VM is a real runner (`codeexec.runner`, the `local` backend) on loopback, booted the
-way AWS boots one: its run hook is called with the RunMicrovm payload. Its endpoint is a
-proxy in this fake that, as AWS's does, admits only requests with a token minted for
-that VM and port (X-aws-proxy-auth), counts them as the traffic the idle policy watches,
-resumes a suspended VM, and streams bodies both ways.
+way AWS documents: its image's `/ready` hook answered (the build), then its `/run` hook
+called with RunMicrovm's `runHookPayload` as the request body, at AWS's paths
+(`hook_body="envelope"` sends it as AWS's samples read it instead, in `{"microvmId",
+"runHookPayload"}`). Its endpoint is a proxy served over TLS (`ca` signs its certificate)
+that, as AWS's does, admits only requests with a token minted for that VM and port
+(X-aws-proxy-auth), counts them as the traffic the idle policy watches, resumes a
+suspended VM, and streams bodies both ways. RunMicrovm answers the endpoint as a bare
+host and path (`endpoint_scheme=True`: with `https://`), as AWS leaves it unsaid.
+
+Every control-plane reply and error is checked against botocore's model before it is
+sent (models.py); one that breaks it is answered 500 and kept in `violations`.
 
 What tests steer: `throttled` (answer that many RunMicrovm with 429 and Retry-After),
 `die_on_boot` (the next VM stops before its runner answers), `next_ids` (the VM ids to
@@ -25,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import trustme
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -33,13 +41,15 @@ from starlette.routing import Route
 
 from codeexec.runner.app import create_runner_app
 from codeexec.runner.build import build_runner
-from codeexec.runner.hooks import create_hook_app
+from codeexec.runner.hooks import HOOKS, create_hook_app
 from codeexec.settings import Settings
 
 from ..serving import serving
+from .models import ModelViolation, check_error, check_reply
 
 API = "/2025-09-09"
 PORT = 8080
+_SERVICE = "lambda-microvms"
 _HOP_HEADERS = {"host", "connection", "transfer-encoding", "x-aws-proxy-auth", "x-aws-proxy-port", "keep-alive"}
 
 
@@ -58,9 +68,14 @@ class Vm:
 
 
 class FakeMicrovms:
-    def __init__(self, root: Path, settings: Settings) -> None:
+    def __init__(self, root: Path, settings: Settings, hook_body: str = "payload", endpoint_scheme: bool = False):
         self.root = root
         self.settings = settings  # the limits and clocks of every VM's runner
+        self.hook_body, self.endpoint_scheme = hook_body, endpoint_scheme
+        self.ca = trustme.CA()
+        self.endpoints_url = ""  # https://host:port of the VMs' endpoints
+        self.hooks: list[tuple[str, bytes]] = []  # every hook called: (its path, its body)
+        self.violations: list[str] = []
         self.vms: dict[str, Vm] = {}
         self.launches: list[dict[str, Any]] = []  # every RunMicrovm request, as received
         self.throttled = 0
@@ -106,14 +121,14 @@ class FakeMicrovms:
         self.launches.append(body)
         if self.throttled > 0:
             self.throttled -= 1
-            return _error(429, "ThrottlingException", "Rate exceeded", {"Retry-After": str(self.retry_after)})
+            return self._error("RunMicrovm", "ThrottlingException", "Rate exceeded", str(self.retry_after))
         vm_id = self.next_ids.pop(0) if self.next_ids else f"mvm-{secrets.token_hex(8)}"
         vm = Vm(vm_id, body, self.now(), last_traffic=self.now())
         with self._lock:
             self.vms[vm_id] = vm
         threading.Thread(target=self._boot, args=(vm, self.die_on_boot), daemon=True).start()
         self.die_on_boot = False
-        return JSONResponse(self._record(vm))
+        return self._reply("RunMicrovm", self.record(vm))
 
     def _boot(self, vm: Vm, dies: bool) -> None:
         time.sleep(0.2)  # PENDING for a moment, as a real VM is
@@ -126,25 +141,32 @@ class FakeMicrovms:
         (self.root / vm.id).chmod(0o711)
         runner = build_runner(settings)  # no key: it refuses everything until the hook
         vm.runner_url = vm.stack.enter_context(serving(create_runner_app(runner)))
-        hook_url = vm.stack.enter_context(serving(create_hook_app(runner)))
-        envelope = {"microvmId": vm.id, "runHookPayload": vm.request.get("runHookPayload", "")}
-        answer = httpx.post(f"{hook_url}/run", json=envelope, timeout=30)
+        hook_url = vm.stack.enter_context(serving(create_hook_app(runner, ready=lambda: True)))
+        # The image's build: AWS snapshots the VM once /ready answers (here, every VM's own).
+        answers = [self._hook(f"{hook_url}{HOOKS}/ready", b"")]
+        payload = vm.request.get("runHookPayload", "")
+        body = payload if self.hook_body == "payload" else json.dumps({"microvmId": vm.id, "runHookPayload": payload})
+        answers.append(self._hook(f"{hook_url}{HOOKS}/run", body.encode()))
         with self._lock:
             if vm.state == "PENDING":
-                vm.state = "RUNNING" if answer.status_code == 200 else "TERMINATED"
+                vm.state = "RUNNING" if answers == [200, 200] else "TERMINATED"
+
+    def _hook(self, url: str, body: bytes) -> int:
+        self.hooks.append((httpx.URL(url).path, body))
+        return httpx.post(url, content=body, headers={"Content-Type": "application/json"}, timeout=30).status_code
 
     async def get_microvm(self, request: Request) -> Response:
         self.tick()
         vm = self.vms.get(request.path_params["vm"])
-        return JSONResponse(self._record(vm)) if vm else _not_found()
+        return self._reply("GetMicrovm", self.record(vm)) if vm else self._not_found("GetMicrovm")
 
     async def terminate_microvm(self, request: Request) -> Response:
         vm = self.vms.get(request.path_params["vm"])
         if vm is None:
-            return _not_found()
+            return self._not_found("TerminateMicrovm")
         with self._lock:
             self._end(vm, "TerminatedByUser")
-        return JSONResponse({})
+        return self._reply("TerminateMicrovm", {})
 
     async def list_microvms(self, request: Request) -> Response:
         self.tick()
@@ -154,18 +176,19 @@ class FakeMicrovms:
         page: dict[str, Any] = {"items": items[start : start + size]}
         if start + size < len(items):
             page["nextToken"] = str(start + size)
-        return JSONResponse(page)
+        return self._reply("ListMicrovms", page)
 
     async def auth_token(self, request: Request) -> Response:
         vm = self.vms.get(request.path_params["vm"])
         if vm is None or vm.state == "TERMINATED":
-            return _not_found()
+            return self._not_found("CreateMicrovmAuthToken")
         body = json.loads(await request.body())
         if [p.get("port") for p in body["allowedPorts"]] != [PORT] or not 1 <= body["expirationInMinutes"] <= 60:
-            return _error(400, "ValidationException", "tokens here are for port 8080, for at most 60 minutes")
+            message = "tokens here are for port 8080, for at most 60 minutes"
+            return self._error("CreateMicrovmAuthToken", "ValidationException", message)
         token = secrets.token_urlsafe(32)
         vm.tokens[token] = self.now() + 60 * body["expirationInMinutes"]
-        return JSONResponse({"authToken": {"X-aws-proxy-auth": token}})
+        return self._reply("CreateMicrovmAuthToken", {"authToken": {"X-aws-proxy-auth": token}})
 
     # -- a VM's endpoint ----------------------------------------------------------------
 
@@ -207,19 +230,43 @@ class FakeMicrovms:
         image, started = vm.request["imageIdentifier"], vm.started_at
         return {"microvmId": vm.id, "state": vm.state, "imageArn": image, "imageVersion": "1", "startedAt": started}
 
-    def _record(self, vm: Vm) -> dict[str, Any]:
+    def record(self, vm: Vm) -> dict[str, Any]:
+        endpoint = f"{self.endpoints_url}/endpoints/{vm.id}"
         record = {
             **self._item(vm),
-            "endpoint": f"{self.base_url}/endpoints/{vm.id}",
+            "endpoint": endpoint if self.endpoint_scheme else endpoint.removeprefix("https://"),
             "maximumDurationInSeconds": vm.request["maximumDurationInSeconds"],
-            "idlePolicy": vm.request.get("idlePolicy"),
-            "egressNetworkConnectors": vm.request.get("egressNetworkConnectors", []),
         }
+        for member in ("idlePolicy", "egressNetworkConnectors", "ingressNetworkConnectors"):
+            if member in vm.request:
+                record[member] = vm.request[member]
         if vm.state_reason:
             record["stateReason"] = vm.state_reason
         return record
 
-    def app(self) -> Starlette:
+    def _reply(self, operation: str, body: dict[str, Any]) -> Response:
+        try:
+            check_reply(_SERVICE, operation, body)
+        except ModelViolation as exc:
+            self.violations.append(str(exc))
+            return JSONResponse({"message": "the fake broke the model"}, 500)
+        return JSONResponse(body)
+
+    def _error(self, operation: str, code: str, message: str, retry_after: str | None = None) -> Response:
+        status = {"ThrottlingException": 429, "ValidationException": 400, "ResourceNotFoundException": 404}[code]
+        body = {"message": message}
+        try:
+            check_error(_SERVICE, operation, code, status, body)
+        except ModelViolation as exc:
+            self.violations.append(str(exc))
+            return JSONResponse({"message": "the fake broke the model"}, 500)
+        headers = {"x-amzn-ErrorType": code} | ({"Retry-After": retry_after} if retry_after else {})
+        return JSONResponse(body, status, headers)
+
+    def _not_found(self, operation: str) -> Response:
+        return self._error(operation, "ResourceNotFoundException", "MicroVM not found")
+
+    def control_plane(self) -> Starlette:
         return Starlette(
             routes=[
                 Route(f"{API}/microvms", self.run_microvm, methods=["POST"]),
@@ -227,25 +274,27 @@ class FakeMicrovms:
                 Route(f"{API}/microvms/{{vm}}", self.get_microvm, methods=["GET"]),
                 Route(f"{API}/microvms/{{vm}}", self.terminate_microvm, methods=["DELETE"]),
                 Route(f"{API}/microvms/{{vm}}/auth-token", self.auth_token, methods=["POST"]),
-                Route("/endpoints/{vm}/{path:path}", self.endpoint, methods=["GET", "POST", "PUT", "DELETE"]),
             ]
         )
 
+    def endpoints(self) -> Starlette:
+        methods = ["GET", "POST", "PUT", "DELETE"]
+        return Starlette(routes=[Route("/endpoints/{vm}/{path:path}", self.endpoint, methods=methods)])
+
 
 @contextlib.contextmanager
-def running_fake(root: Path, settings: Settings) -> Iterator[FakeMicrovms]:
-    fake = FakeMicrovms(root, settings)
+def running_fake(root: Path, settings: Settings, **options: Any) -> Iterator[FakeMicrovms]:
+    """The fake's control plane on loopback, its endpoints over TLS: the caller trusts
+    `fake.ca` (tests set SSL_CERT_FILE to its certificate)."""
+    fake = FakeMicrovms(root, settings, **options)
+    certfile = root.parent / "endpoint.pem"
+    root.parent.mkdir(parents=True, exist_ok=True)
+    fake.ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(certfile))
     try:
-        with serving(fake.app()) as url:
-            fake.base_url = url
+        with serving(fake.control_plane()) as url, serving(fake.endpoints(), certfile=str(certfile)) as endpoints:
+            fake.base_url, fake.endpoints_url = url, endpoints
             yield fake
     finally:
         fake.close()
-
-
-def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse({"message": message}, status, {"x-amzn-ErrorType": code, **(headers or {})})
-
-
-def _not_found() -> Response:
-    return _error(404, "ResourceNotFoundException", "MicroVM not found")
+    if fake.violations:
+        raise ModelViolation("; ".join(fake.violations))

@@ -2,8 +2,8 @@
 
 It reads the same settings as the service (SANDBOX_ROOT, the limits, LEASE_TTL_SECONDS,
 IDLE_TIMEOUT_SECONDS, REAP_INTERVAL_SECONDS) and RUNNER_KEY, the key callers must send.
-With RUNNER_HOOK_PORT set (in a MicroVM), it also answers the VM's run hook there, which
-hands it its key and its one session (hooks.py).
+With RUNNER_HOOK_PORT set (in a MicroVM), it also answers AWS's lifecycle hooks there:
+the image build's /ready, and each VM's /run, which hands it its key (hooks.py).
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ def main() -> None:
         )
     ]
     hook_port = os.environ.get("RUNNER_HOOK_PORT")
-    if hook_port:  # in a MicroVM: the key and the session arrive with the run hook
+    if hook_port:  # in a MicroVM: AWS's lifecycle hooks; its key arrives with the run hook
         from .hooks import create_hook_app
 
-        hooks = uvicorn.Config(create_hook_app(runner), host=host, port=int(hook_port), log_level="info")
-        servers.append(uvicorn.Server(hooks))
+        serving = servers[0]
+        app = create_hook_app(runner, ready=lambda: serving.started)
+        servers.append(uvicorn.Server(uvicorn.Config(app, host=host, port=int(hook_port), log_level="info")))
     print(f"Sandbox runner on http://{host}:{port} (root: {settings.sandbox_root})", flush=True)
 
     async def serve() -> None:

@@ -1,51 +1,72 @@
-"""The MicroVM's run hook: how a runner in a VM learns its key and its one session.
+"""The runner's MicroVM lifecycle hooks, at the paths and with the bodies AWS documents.
 
-AWS calls `POST /run` on the image's hooks port as the VM starts, with
-`{"microvmId": ..., "runHookPayload": ...}`; the payload is what the `microvm` backend
-gave RunMicrovm (its key, the owner, shared, read-only). The runner takes the key, and
-makes the session whose id the VM id maps to, with that owner, in its own state: the
-sandbox sees none of it. Only the first hook counts: a VM has one session, once.
+AWS calls them on the image's hooks port (RUNNER_HOOK_PORT, the template's `Hooks.Port`):
+
+- `POST /aws/lambda-microvms/runtime/v1/ready` while it builds the image: 200 once the
+  runner serves, so the snapshot AWS then takes, which every VM resumes from, holds a
+  runner that answers; 503 before, and AWS asks again.
+- `POST /aws/lambda-microvms/runtime/v1/run` as each VM starts, with the `runHookPayload`
+  the `microvm` backend gave RunMicrovm: the runner's key, which the VM's image does not
+  hold (every VM resumes from one snapshot). AWS's API reference calls the payload the
+  hook's request body; AWS's samples read it from `{"microvmId", "runHookPayload"}`: the
+  runner takes either. The first key given is the VM's for good.
+
+The session is not made here: the backend creates it through the runner's own API once
+the key works, named after the VM id that RunMicrovm answered, so nothing here depends
+on how AWS names the VM to it.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..sandbox.microvm import vm_ids
-from ..sandbox.port import OwnerTag
 from .app import Runner
 
+HOOKS = "/aws/lambda-microvms/runtime/v1"
 
-def create_hook_app(runner: Runner) -> Starlette:
-    booted = threading.Lock()
 
-    async def run(request: Request) -> Response:
-        if not booted.acquire(blocking=False):
-            return JSONResponse({"error": "Conflict", "details": "this VM has booted already"}, 409)
-        try:
-            envelope = json.loads(await request.body())
-            payload = json.loads(envelope["runHookPayload"])
-            session_id = vm_ids.session_of(str(envelope["microvmId"]))
-            owner = OwnerTag(str(payload["owner"]["org"]), str(payload["owner"]["user"]))
-            key = str(payload["runner_key"])
-        except (ValueError, KeyError, TypeError):
-            booted.release()
-            return JSONResponse({"error": "Bad request", "details": "not a run hook this runner understands"}, 400)
+def create_hook_app(runner: Runner, ready: Callable[[], bool]) -> Starlette:
+    keyed = threading.Lock()
 
-        def create() -> None:
-            shared, read_only = bool(payload.get("shared")), bool(payload.get("read_only"))
-            with runner.sandboxes.create(owner, shared, read_only, session_id):
-                pass
+    async def ready_hook(request: Request) -> Response:
+        if not ready():
+            return JSONResponse({"status": "starting"}, 503)
+        return JSONResponse({"status": "ready"})
 
-        await run_in_threadpool(create)
-        runner.key = key  # from now on, calls with it are served
-        return JSONResponse({"session_id": session_id})
+    async def run_hook(request: Request) -> Response:
+        key = _runner_key(await request.body())
+        if key is None:
+            return JSONResponse({"error": "Bad request", "details": "not a run hook payload of this project's"}, 400)
+        with keyed:
+            if runner.key is None:
+                runner.key = key  # from now on, calls with it are served
+            elif not runner.authorized(key):
+                return JSONResponse({"error": "Conflict", "details": "this VM has its key already"}, 409)
+        return JSONResponse({"status": "running"})
 
-    return Starlette(routes=[Route("/run", run, methods=["POST"])])
+    return Starlette(
+        routes=[
+            Route(f"{HOOKS}/ready", ready_hook, methods=["POST"]),
+            Route(f"{HOOKS}/run", run_hook, methods=["POST"]),
+        ]
+    )
+
+
+def _runner_key(body: bytes) -> str | None:
+    """The key in the payload, whether the body is the payload or AWS's envelope of it."""
+    try:
+        data: Any = json.loads(body)
+        if isinstance(data, dict) and isinstance(data.get("runHookPayload"), str):
+            data = json.loads(data["runHookPayload"])
+    except ValueError:
+        return None
+    key = data.get("runner_key") if isinstance(data, dict) else None
+    return key if isinstance(key, str) and key else None

@@ -7,10 +7,12 @@ CreateMicrovmAuthToken (X-aws-proxy-auth, for the runner's port only) and the ru
 
 Where a session's facts live, and why there:
 
-- Its owner, whether it is shared or read-only, and the runner's key reach the VM once,
-  in RunMicrovm's run-hook payload (a field AWS treats as secret), and the runner keeps
-  them in its own state, outside the sandbox: user code in the VM cannot read or change
-  them. Opening a session asks the runner for its lease and admits the caller here.
+- The runner's key reaches the VM once, in RunMicrovm's run-hook payload (a field AWS
+  treats as secret; the image, one snapshot for every VM, holds none). Once the runner
+  takes it, the session is created through the runner with its owner, whether it is
+  shared or read-only, and its id: the runner keeps them in its own state, outside the
+  sandbox, where user code in the VM can neither read nor change them. Opening a session
+  asks the runner for its lease and admits the caller here.
 - The session id is the VM id, mapped without a table (`vm_ids.py`).
 - The TTL is the VM's maximum duration and the idle limit its idle policy: AWS suspends
   a VM nobody called for that long and ends it when its time is up. The reaper reads
@@ -62,6 +64,12 @@ class MicrovmConfig:
     boot_seconds: float = 60.0
 
 
+def https(endpoint: str) -> str:
+    """The VM's endpoint as a URL. AWS documents an HTTPS endpoint without saying whether
+    RunMicrovm and GetMicrovm answer it with its scheme: a bare host gets `https://`."""
+    return endpoint if "://" in endpoint else f"https://{endpoint}"
+
+
 class _Vm:
     """One VM's runner, with a token minted for it and renewed before it expires."""
 
@@ -98,7 +106,7 @@ class MicrovmSandboxes:
     ) -> Iterator[RunnerSandbox]:
         if session_id is not None:
             raise ValueError("a MicroVM session's id is its VM's")
-        started = self.api.run(**self._launch(owner, shared, read_only))
+        started = self.api.run(**self._launch())
         vm_id = started["microvmId"]
         try:
             session = vm_ids.session_of(vm_id)
@@ -106,8 +114,8 @@ class MicrovmSandboxes:
             self.api.terminate(vm_id)
             raise BackendUnavailable(str(exc)) from exc
         vm = self._vm(vm_id, started["endpoint"])
-        self._await_boot(vm_id, vm, session)
-        with vm.sessions.open(session, lambda lease: True) as sandbox:
+        self._await_boot(vm_id, vm)
+        with vm.sessions.create(owner, shared, read_only, session) as sandbox:
             yield sandbox
 
     @contextlib.contextmanager
@@ -151,14 +159,7 @@ class MicrovmSandboxes:
 
     # -- the VMs ----------------------------------------------------------------------------
 
-    def _launch(self, owner: OwnerTag, shared: bool, read_only: bool) -> dict[str, Any]:
-        payload = {
-            "runner_key": self.config.runner_key,
-            "owner": {"org": owner.org, "user": owner.user},
-            "shared": shared,
-            "read_only": read_only,
-            "ttl_seconds": self.ttl_seconds,
-        }
+    def _launch(self) -> dict[str, Any]:
         request: dict[str, Any] = {
             "imageIdentifier": self.config.image,
             "maximumDurationInSeconds": self.ttl_seconds,
@@ -167,7 +168,7 @@ class MicrovmSandboxes:
                 "suspendedDurationSeconds": SUSPENDED_SECONDS,
                 "autoResumeEnabled": True,
             },
-            "runHookPayload": json.dumps(payload),
+            "runHookPayload": json.dumps({"runner_key": self.config.runner_key}),
             "clientToken": uuid.uuid4().hex,
         }
         if self.config.egress_connector:
@@ -176,13 +177,13 @@ class MicrovmSandboxes:
             request["ingressNetworkConnectors"] = [self.config.ingress_connector]
         return request
 
-    def _await_boot(self, vm_id: str, vm: _Vm, session_id: str) -> None:
-        """Until the runner answers with the session its run hook made; a VM that stops
-        on the way, or takes too long, is ended and the caller told to retry."""
+    def _await_boot(self, vm_id: str, vm: _Vm) -> None:
+        """Until the runner answers with the key its run hook gave it; a VM that stops on
+        the way, or takes too long, is ended and the caller told to retry."""
         deadline = time.monotonic() + self.config.boot_seconds
         while True:
-            with contextlib.suppress(BackendUnavailable, SessionNotFound):
-                vm.sessions.lease(session_id)
+            with contextlib.suppress(BackendUnavailable):
+                list(vm.sessions.leases())  # a call only its key opens (nothing to list yet)
                 return
             state, reason = self._state(vm_id)
             if state in _ENDED:
@@ -218,7 +219,7 @@ class MicrovmSandboxes:
         with self._vms_lock:
             vm = self._vms.get(vm_id)
             if vm is None:
-                vm = self._vms[vm_id] = _Vm(vm_id, endpoint, self)
+                vm = self._vms[vm_id] = _Vm(vm_id, https(endpoint), self)
                 while len(self._vms) > _CLIENTS_KEPT:
                     self._vms.popitem(last=False)[1].sessions.client.close()
             self._vms.move_to_end(vm_id)
