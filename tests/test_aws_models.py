@@ -5,11 +5,14 @@ sent, and the backends keep that on."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore
+import botocore.session
 import pytest
 from botocore.exceptions import ClientError, EventStreamError
 
@@ -127,3 +130,54 @@ def test_the_backends_leave_botocores_request_validation_on(aws_env: None, tmp_p
     )  # fmt: skip
     for client in (AgentCoreSandboxes(config).api.client, MicrovmApi(None).client):
         assert client.meta.config.parameter_validation is True
+
+
+# -- the oldest botocore the library declares ----------------------------------------------
+
+ROOT = Path(__file__).parent.parent
+# What the backends use that botocore gained late, and the release that brought it (checked
+# against botocore's own history: shared/FACTS.md). Every other call they make is older.
+LATE_FEATURES = {
+    "InvokeCodeInterpreter's runtime (Node for js/ts)": (1, 42, 78),
+    "the lambda-microvms client": (1, 43, 35),
+}
+
+
+def has_feature(session: botocore.session.Session, feature: str) -> bool:
+    if feature.startswith("InvokeCodeInterpreter"):
+        arguments = session.get_service_model(AGENTCORE).operation_model("InvokeCodeInterpreter").input_shape
+        return "runtime" in arguments.members["arguments"].members  # type: ignore[attr-defined]
+    return MICROVMS in session.get_available_services()
+
+
+def minimums(text: str) -> dict[str, tuple[int, ...]]:
+    found = re.findall(r"\b(boto3|botocore)>=([0-9.]+)", text)
+    return {name: tuple(int(part) for part in version.split(".")) for name, version in found}
+
+
+def test_the_declared_minimum_botocore_has_what_the_backends_call_and_this_one_too() -> None:
+    needed = max(LATE_FEATURES.values())
+    layer = minimums((ROOT / "lib" / "requirements.txt").read_text())
+    assert layer == {"boto3": needed, "botocore": needed}  # boto3 1.x.y pins botocore 1.x.y or later
+    extras = (ROOT / "lib" / "pyproject.toml").read_text()
+    assert minimums(extras.split("microvm = ")[1]) == layer
+    assert minimums(extras.split("agentcore = ")[1].splitlines()[0]) == {"boto3": (1, 42, 78), "botocore": (1, 42, 78)}
+    # Run on an older botocore, this fails: the installed one must have every feature.
+    installed = tuple(int(part) for part in botocore.__version__.split(".")[:3])
+    assert installed >= needed
+    session = botocore.session.get_session()
+    assert [feature for feature in LATE_FEATURES if not has_feature(session, feature)] == []
+
+
+def test_a_botocore_without_runtime_is_seen_as_too_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # botocore before 1.42.78, as far as AgentCore goes: the same model without `runtime`.
+    session = botocore.session.get_session()
+    loader = session.get_component("data_loader")
+    model = loader.load_service_model(AGENTCORE, "service-2")
+    del model["shapes"]["ToolArguments"]["members"]["runtime"]
+    version = session.get_service_model(AGENTCORE).api_version
+    (tmp_path / AGENTCORE / version).mkdir(parents=True)
+    (tmp_path / AGENTCORE / version / "service-2.json").write_text(json.dumps(model))
+    monkeypatch.setenv("AWS_DATA_PATH", str(tmp_path))
+    older = botocore.session.get_session()
+    assert not has_feature(older, "InvokeCodeInterpreter's runtime (Node for js/ts)")
