@@ -18,18 +18,24 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, cast
 from urllib.parse import quote
 
 from ... import ids
-from ...errors import SessionNotFound, TooLarge
+from ...errors import BackendUnavailable, SessionNotFound, TooLarge
 from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
 from . import protocol
 from .client import ResponseReader, RunnerClient
 
+log = logging.getLogger("codeexec.runner.client")
 CHUNK = 1 << 16
+# How long the runner's /health may take to answer before it counts as not up yet.
+_HEALTH_SECONDS = 5.0
 # Compiled languages get at least this long per run (the local backend's floor).
 _SLOWEST_RUN_SECONDS = 60.0
 # What a request may take beyond its own work: the runner's sandbox set-up, a busy host.
@@ -181,15 +187,54 @@ class RunnerSessions:
 
 
 class RunnerSandboxes(RunnerSessions):
-    """SANDBOX_BACKEND=runner: one runner at RUNNER_URL, with its languages."""
+    """SANDBOX_BACKEND=runner: one runner at RUNNER_URL, with its languages.
+
+    The service starts whatever the runner's state (under Compose both start at once, and a
+    slow host's runner answers later): until the runner's /health has answered, a thread
+    asks again every second, and what only the runner can tell, its languages and whether
+    it names sessions, is a 503 with a retry hint saying so, on /health and on every call."""
 
     def __init__(self, config: RunnerConfig, client: RunnerClient | None = None) -> None:
         client = client or RunnerClient(config.url, config.key, read_timeout=config.call_seconds)
         super().__init__(client, config.call_seconds)
+        self.url = config.url
+        self._told: dict[str, Any] = {}
+        if not self._ask():
+            log.warning("the sandbox runner at %s does not answer yet: every call is a 503 until it does", self.url)
+            threading.Thread(target=self._wait_for_runner, name="runner-health", daemon=True).start()
+
+    @property
+    def languages(self) -> frozenset[str]:
+        return frozenset(self._tells("languages"))
+
+    @languages.setter
+    def languages(self, value: frozenset[str]) -> None:
+        self._told["languages"] = value
+
+    @property
+    def named_sessions(self) -> bool:
+        return bool(self._tells("named_sessions"))
+
+    @named_sessions.setter
+    def named_sessions(self, value: bool) -> None:
+        self._told["named_sessions"] = value
+
+    def _tells(self, name: str) -> Any:
+        if name not in self._told:
+            raise BackendUnavailable(f"the sandbox runner at {self.url} does not answer yet", retry_after=2)
+        return self._told[name]
+
+    def _ask(self) -> bool:
         try:
-            health = client.call("GET", "/health")
-        except Exception as exc:
-            raise RuntimeError(f"SANDBOX_BACKEND=runner: the runner at {config.url} does not answer") from exc
+            health = self.client.call("GET", "/health", timeout=_HEALTH_SECONDS)
+        except BackendUnavailable:
+            return False
         self.languages = frozenset(str(lang) for lang in health["languages"])
         self.named_sessions = bool(health["named_sessions"])
+        return True
+
+    def _wait_for_runner(self) -> None:
+        while not self._ask():
+            time.sleep(1)
+        log.info("the sandbox runner at %s answers", self.url)
 
