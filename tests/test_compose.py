@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import pytest
@@ -54,12 +56,16 @@ def issuer(tmp_path: Path) -> Issuer:
 def compose_up(config: dict, project: str, env: dict[str, str]) -> list[str]:
     """compose.yaml brought up as Compose v2 (`docker compose up`) does, with the docker CLI:
     Debian 12's docker-compose is 1.29, which resolves the file (`config`) but cannot pass
-    `systempaths=unconfined` to the engine; the docker CLI can. Returns what to take down."""
+    `systempaths=unconfined` to the engine; the docker CLI can. Services start in the order
+    of their `depends_on`, each once its dependencies meet their conditions (a healthy one
+    waits for the dependency's healthcheck), with their restart policies and healthchecks.
+    Returns what to take down."""
     made: list[str] = []
 
-    def docker(*args: str) -> None:
+    def docker(*args: str) -> str:
         done = subprocess.run(["docker", *args], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, (args, done.stderr)
+        return done.stdout.strip()
 
     # Compose makes the project's default network whether the file names it or not.
     for name, network in {"default": {}, **(config.get("networks") or {})}.items():
@@ -69,8 +75,10 @@ def compose_up(config: dict, project: str, env: dict[str, str]) -> list[str]:
         docker("volume", "create", f"{project}_{name}")
         made.append(f"volume:{project}_{name}")
     services = config["services"]
-    for name in sorted(services, key=lambda n: len(services[n].get("depends_on") or [])):
+    for name in _started_in_order(services):
         service, container = services[name], f"{project}_{name}"
+        for dependency, condition in _depends_on(service).items():
+            _await_condition(docker, f"{project}_{dependency}", condition)
         networks = list(service.get("networks") or ["default"])
         args = ["run", "-d", "--name", container, "--network", f"{project}_{networks[0]}", "--network-alias", name]
         docker(*args, *_run_options(service, project), service["image"], *(service.get("command") or []))
@@ -80,9 +88,46 @@ def compose_up(config: dict, project: str, env: dict[str, str]) -> list[str]:
     return made
 
 
+def _depends_on(service: dict) -> dict[str, str]:
+    """`depends_on` as {service: condition}, whichever form the file uses."""
+    named = service.get("depends_on") or {}
+    if isinstance(named, list):
+        return {name: "service_started" for name in named}
+    return {name: options["condition"] for name, options in named.items()}
+
+
+def _started_in_order(services: dict) -> list[str]:
+    started: list[str] = []
+    while len(started) < len(services):
+        ready = [n for n in sorted(services) if n not in started and set(_depends_on(services[n])) <= set(started)]
+        assert ready, "depends_on goes round in a circle"
+        started += ready
+    return started
+
+
+def _await_condition(docker: Callable[..., str], container: str, condition: str, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while condition == "service_healthy":
+        health = docker("inspect", "--format", "{{.State.Health.Status}}", container)
+        if health == "healthy":
+            return
+        assert time.monotonic() < deadline, f"{container}: {health}, {docker('logs', '--tail', '50', container)}"
+        time.sleep(1)
+
+
 def _run_options(service: dict, project: str) -> list[str]:
-    """A service's environment, security options, capabilities, volumes and ports as `docker run` takes them."""
+    """A service's environment, security options, capabilities, volumes, ports, restart
+    policy and healthcheck as `docker run` takes them."""
     args: list[str] = []
+    if service.get("restart"):
+        args += ["--restart", service["restart"]]
+    check = service.get("healthcheck") or {}
+    if check.get("test"):
+        kind, *command = check["test"]  # ["CMD", argv...] or ["CMD-SHELL", "a line"]
+        args += ["--health-cmd", shlex.join(command) if kind == "CMD" else command[0]]
+        for key in ("interval", "timeout", "retries", "start_period"):
+            if key in check:
+                args += [f"--health-{key.replace('_', '-')}", str(check[key])]
     for key, value in (service.get("environment") or {}).items():
         args += ["-e", f"{key}={value if value is not None else ''}"]
     for opt in service.get("security_opt") or []:
@@ -104,9 +149,16 @@ def compose_down(made: list[str], env: dict[str, str]) -> None:
         subprocess.run(["docker", *command, name], env=env, capture_output=True, timeout=120)
 
 
+class Deployment(NamedTuple):
+    base: str  # the service's base URL, ending in /v1
+    key: str
+    project: str  # Compose's project: containers are <project>_<service>
+    env: dict[str, str]  # DOCKER_HOST and the settings
+
+
 @pytest.fixture
-def service(engine: str, issuer: Issuer, sandbox_root: Path) -> Iterator[tuple[str, str]]:
-    """compose.yaml up, as a self-hoster with LibreChat v0.8.6+ sets it; yields (base URL, key)."""
+def service(engine: str, issuer: Issuer, sandbox_root: Path) -> Iterator[Deployment]:
+    """compose.yaml up, as a self-hoster with LibreChat v0.8.6+ sets it."""
     port, key, project = free_port(), secrets.token_urlsafe(24), f"cx{secrets.token_hex(4)}"
     sessions = sandbox_root / "compose-sessions"  # on btrfs, as `make compose-storage` makes it
     env = {
@@ -147,15 +199,14 @@ def service(engine: str, issuer: Issuer, sandbox_root: Path) -> Iterator[tuple[s
                 )
                 raise AssertionError(logs.stdout[-3000:] + logs.stderr[-3000:])
             time.sleep(1)
-        yield f"{base}/v1", key
+        yield Deployment(f"{base}/v1", key, project, env)
     finally:
         compose_down(made, env)
 
 
-def test_the_g2_client_runs_through_the_compose_set_up(service: tuple[str, str], issuer: Issuer) -> None:
+def test_the_g2_client_runs_through_the_compose_set_up(service: Deployment, issuer: Issuer) -> None:
     assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
-    base, _ = service
-    result = drive_client(base, issuer)
+    result = drive_client(service.base, issuer)
     assert result["client"]["version"].startswith("3.9.")
     first = result["first"]
     assert first["threw"] is False, first["error"]
@@ -164,8 +215,8 @@ def test_the_g2_client_runs_through_the_compose_set_up(service: tuple[str, str],
     assert result["second"]["content"] == f"stdout:\n{result['tokens']['file']}"
 
 
-def test_a_run_in_the_runner_container_reaches_no_network(service: tuple[str, str]) -> None:
-    base, key = service
+def test_a_run_in_the_runner_container_reaches_no_network(service: Deployment) -> None:
+    base, key = service.base, service.key
     code = """
 import socket
 for host, port in [("codeexec", 8000), ("codeexec-runner", 8080), ("127.0.0.1", 8080), ("deb.debian.org", 80)]:
@@ -182,3 +233,25 @@ for host, port in [("codeexec", 8000), ("codeexec-runner", 8080), ("127.0.0.1", 
     # Every language's toolchain is in the image.
     languages = httpx.get(f"{base.removesuffix('/v1')}/health").json()
     assert len(languages.get("languages", [])) == 13, languages
+
+
+def test_the_service_rides_out_its_runner_stopping_and_coming_back(service: Deployment) -> None:
+    def docker(*args: str) -> str:
+        return subprocess.run(["docker", *args], env=service.env, capture_output=True, text=True, timeout=120).stdout
+
+    def run() -> httpx.Response:
+        body = {"lang": "py", "code": "print(6 * 7)"}
+        return httpx.post(f"{service.base}/exec", headers={"X-API-Key": service.key}, json=body, timeout=60)
+
+    started = docker("inspect", "--format", "{{.State.StartedAt}}", f"{service.project}_codeexec")
+    docker("stop", f"{service.project}_codeexec-runner")
+    stopped = run()
+    assert stopped.status_code == 503 and stopped.json()["retry_after_seconds"] >= 1  # said, with a retry hint
+    docker("start", f"{service.project}_codeexec-runner")
+    deadline = time.monotonic() + 120
+    while (answer := run()).status_code != 200:
+        assert answer.status_code == 503 and time.monotonic() < deadline, answer.text
+        time.sleep(1)
+    assert answer.json()["stdout"] == "42\n"
+    # The service itself went on: never restarted, never exited.
+    assert docker("inspect", "--format", "{{.State.StartedAt}}", f"{service.project}_codeexec") == started

@@ -3,6 +3,7 @@ loopback, then LibreChat's own download of what the run wrote."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -111,3 +112,22 @@ def test_g1_programmatic_tool_runs_the_agents_tools(live_server: str) -> None:
     assert result["failing"]["threw"]["message"] == (
         "Programmatic execution failed: Execution error: Sandbox exited with code 3"
     )
+
+
+def assert_librechat_file_calls(result: dict) -> None:
+    """What files_client.mjs (G1 LibreChat's uploads, listing and downloads around the
+    real 3.1.63 tool) must see on any deployment."""
+    assert result["client"]["version"] == "3.1.63"
+    session, file_id = result["identifier"].split("/")
+    run = result["run"]
+    assert run["content"].startswith("stdout:\na,b\n1,2\n"), run["content"]
+    assert [f["name"] for f in run["artifact"]["files"]] == ["out.png"]
+    assert result["listed"]["name"] == f"{session}/{file_id}" and result["listed"]["size"] == len("a,b\n1,2\n")
+    download = result["downloads"]["out.png"]
+    assert download["status"] == 200 and base64.b64decode(download["base64"]) == bytes(range(256)) * 4
+    assert download["contentType"] == "image/png"
+    assert download["disposition"] == 'attachment; filename="out.png"'
+
+
+def test_librechat_uploads_lists_and_downloads_around_the_g1_client(live_server: str) -> None:
+    assert_librechat_file_calls(drive_client(live_server, API_KEY, "files_client.mjs"))
