@@ -65,8 +65,7 @@ runner: install
 BENCH312 := .venv-bench312
 bench: install
 	-@[ -x $(BENCH312)/bin/python ] || { \
-	  py=$$(pyenv prefix $$(pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -n1) 2>/dev/null)/bin/python3.12; \
-	  [ -x "$$py" ] || py=$$(command -v python3.12); \
+	  py=$$(sam-local/python312.sh)/bin/python3.12 && \
 	  $$py -m venv $(BENCH312) && $(BENCH312)/bin/pip install -q -r lib/requirements.txt -e lib; }
 	$(BIN)/python bench/bench.py $(BENCH_ARGS) $$([ -x $(BENCH312)/bin/python ] && echo --python $(BENCH312)/bin/python)
 	$(BIN)/python bench/interpreters_bench.py $(BENCH_ARGS)
@@ -98,6 +97,13 @@ sam: system-packages $(SAM_VENV)/.installed
 	$(SAM_VENV)/bin/python sam-local/translate.py template.yaml > .aws-sam/translated.json
 	$(SAM_VENV)/bin/cfn-lint .aws-sam/translated.json
 
+# `sam build` (README "Deploy to AWS") for the functions' python3.12 without a container: pyenv's
+# 3.12 or a python3.12 on the PATH (sam-local/python312.sh), or it says how to get one.
+# SAM_BUILD_ARGS: more of sam build's options (--parameter-overrides Architecture=x86_64).
+.PHONY: sam-build
+sam-build: $(SAM_VENV)/.installed
+	prefix=$$(sam-local/python312.sh) && PATH=$$prefix/bin:$$PATH $(SAM) build $(SAM_BUILD_ARGS)
+
 # sam local with no registry (README "sam local"): a Docker engine and debootstrap from
 # Debian, and the stand-in for Lambda's base image, built for this host's architecture.
 SAM_LOCAL_PACKAGES := docker.io docker-compose debootstrap iproute2
@@ -111,6 +117,14 @@ sam-local-deps: system-packages $(SAM_VENV)/.installed
 # Into the engine at $$DOCKER_HOST (sam-local/dockerd.sh starts one where none runs).
 sam-local-image: sam-local-deps
 	$(SUDO) sam-local/base-image.sh $(HOST_ARCH)
+
+# All of it in one (sam-local/start.sh): the engine, the stand-in image, the runner, sam build
+# and sam local start-api on http://127.0.0.1:$${SAM_LOCAL_PORT:-3000}/v1, until Ctrl-C stops it
+# and everything it started.
+.PHONY: sam-local
+sam-local: install sam-local-deps
+	$(SUDO) env SAM_LOCAL_PORT=$${SAM_LOCAL_PORT:-3000} RUNNER_PORT=$${RUNNER_PORT:-8080} \
+	  $${SANDBOX_ROOT:+SANDBOX_ROOT=$$SANDBOX_ROOT} sam-local/start.sh
 
 # The runner's image (Dockerfile) into the engine at $$DOCKER_HOST; BASE=debian:bookworm-slim
 # where a registry is reachable, else the base is bootstrapped from Debian's packages.

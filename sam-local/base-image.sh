@@ -21,9 +21,7 @@ esac
 if [ "$DEB_ARCH" != "$(dpkg --print-architecture)" ]; then
   echo "the stand-in carries this host's Python: build it for this host's architecture" >&2; exit 2
 fi
-PREFIX=${PYTHON312_PREFIX:-$(pyenv prefix "$(pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -n1)" 2>/dev/null || true)}
-[ -x "$PREFIX/bin/python3.12" ] || PREFIX=$(python3.12 -c 'import sys; print(sys.prefix)' 2>/dev/null || true)
-[ -x "$PREFIX/bin/python3.12" ] || { echo "no CPython 3.12 here (pyenv install 3.12, or PYTHON312_PREFIX)" >&2; exit 2; }
+PREFIX=$("$(dirname "$0")/python312.sh")
 if docker image inspect "$TAG" >/dev/null 2>&1; then
   echo "$TAG is there already"; exit 0
 fi

@@ -21,7 +21,8 @@ start)
     ip addr add "$BRIDGE_IP" dev "$BRIDGE"
   }
   ip link set "$BRIDGE" up
-  dockerd --data-root "$DATA_ROOT" --exec-root "$RUN/exec" --pidfile "$RUN/dockerd.pid" \
+  # A session of its own: an interrupt meant for the caller (Ctrl-C) leaves it to `stop`.
+  setsid dockerd --data-root "$DATA_ROOT" --exec-root "$RUN/exec" --pidfile "$RUN/dockerd.pid" \
     -H "unix://$RUN/docker.sock" --bridge "$BRIDGE" --iptables=false --ip-masq=false \
     --containerd-namespace codeexec --containerd-plugins-namespace codeexec-plugins \
     >"$RUN/dockerd.log" 2>&1 &

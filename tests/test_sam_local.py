@@ -1,18 +1,17 @@
-"""`sam local start-api` for real, with no AWS account and no registry: a Docker engine of
-our own, the stand-in Lambda base image bootstrapped from Debian (sam-local/base-image.sh),
-the runner on the host, and the API function in its container leasing from it. An exec,
-an upload, a listing and a download go through the emulated API Gateway; every daemon the
-test started (dockerd, the runner, sam) is stopped again."""
+"""`make sam-local` for real, with no AWS account and no registry: its one command starts a
+Docker engine of its own, the stand-in Lambda base image (sam-local/base-image.sh), the
+runner on the engine's bridge, `sam build` and `sam local start-api`. The real 3.1.63
+client (an exec, files across turns, every language) and G1 LibreChat's own file calls
+(upload, listing, download) go through the emulated API Gateway; an interrupt then stops
+everything the command started."""
 
 from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .docker_engine import docker_engine
 from .serving import free_port
-from .test_sam import python312_bin
+from .test_contract_g1 import assert_languages, assert_librechat_file_calls, drive_client
 
 ROOT = Path(__file__).parent.parent
 SAM = ROOT / ".venv-sam" / "bin" / "sam"
-BRIDGE_IP = "172.30.99.1"  # sam-local/dockerd.sh's bridge: the host, as the functions see it
-ARCH = {"x86_64": "x86_64", "aarch64": "arm64"}[platform.machine()]
-KEY = "sam-local-key"  # what events/env.json gives the API function
+KEY = json.loads((ROOT / "events" / "env.json").read_text())["ApiFunction"]["CODE_EXEC_API_KEY"]
 
 pytestmark = pytest.mark.skipif(
     not (SAM.exists() and shutil.which("dockerd") and shutil.which("debootstrap") and os.geteuid() == 0),
@@ -36,107 +32,70 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _stop(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
-    if process.poll() is None:
-        process.send_signal(sig)
+def _ours() -> set[int]:
+    """The processes `make sam-local` may leave: anything working in one of its run dirs."""
+    found = set()
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+            if b"/tmp/cxsam-" in (proc / "cmdline").read_bytes():
+                found.add(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 @pytest.fixture
-def docker_host() -> Iterator[str]:
-    with docker_engine() as host:
-        yield host
-
-
-@pytest.fixture
-def runner_url(docker_host: str, sandbox_root: Path) -> Iterator[str]:
-    """`python -m codeexec.runner` on the bridge, as a developer starts it (`make runner`)."""
-    port = free_port(BRIDGE_IP)
-    env = {**os.environ, "RUNNER_HOST": BRIDGE_IP, "RUNNER_PORT": str(port), "SANDBOX_ROOT": str(sandbox_root)}
-    env["RUNNER_KEY"] = json.loads((ROOT / "events" / "env.json").read_text())["ApiFunction"]["RUNNER_KEY"]
-    process = subprocess.Popen([sys.executable, "-m", "codeexec.runner"], env=env, stdout=subprocess.PIPE)
-    try:
-        assert process.stdout is not None and b"Sandbox runner on" in process.stdout.readline()
-        yield f"http://{BRIDGE_IP}:{port}"
-    finally:
-        _stop(process)
-
-
-@pytest.fixture
-def sam_api(docker_host: str, runner_url: str, tmp_path: Path) -> Iterator[str]:
-    python312 = python312_bin()
-    assert python312, "the functions run on python3.12: sam build and the stand-in image need one (README)"
-    env = {**os.environ, "DOCKER_HOST": docker_host, "SAM_CLI_TELEMETRY": "0"}
-    env["PATH"], env["PYTHON312_PREFIX"] = f"{python312}:{env['PATH']}", str(python312.parent)
-    image = subprocess.run(
-        [ROOT / "sam-local" / "base-image.sh", ARCH], env=env, capture_output=True, text=True, timeout=900
-    )
-    assert image.returncode == 0, image.stdout + image.stderr
-    build, overrides = tmp_path / "build", ["--parameter-overrides", f"Architecture={ARCH}"]
-    built = subprocess.run(
-        [SAM, "build", "--build-dir", build, *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    # events/env.json as it is, but for the port this test's runner got.
-    variables = json.loads((ROOT / "events" / "env.json").read_text())
-    for function in variables.values():
-        function["RUNNER_URL"] = runner_url
-    (tmp_path / "env.json").write_text(json.dumps(variables))
-    port = free_port()
-    log = (tmp_path / "sam.log").open("wb")
-    sam = subprocess.Popen(
-        [SAM, "local", "start-api", "-t", build / "template.yaml", "--skip-pull-image", "--port", str(port),
-         "--env-vars", tmp_path / "env.json", "--warm-containers", "EAGER", *overrides],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+def sam_local(sandbox_root: Path, tmp_path: Path) -> Iterator[str]:
+    """`make sam-local` as a developer runs it; yields the API's base URL (ending in /v1)."""
+    before = _ours()
+    port, runner_port = free_port(), free_port()  # ports nothing here listens on
+    env = {**os.environ, "SAM_LOCAL_PORT": str(port), "RUNNER_PORT": str(runner_port)}
+    env["SANDBOX_ROOT"] = str(sandbox_root)
+    log = tmp_path / "sam-local.log"
+    make = subprocess.Popen(
+        ["make", "--no-print-directory", "sam-local"], cwd=ROOT, env=env,
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 900  # the stand-in image from nothing takes minutes
         while True:
-            assert sam.poll() is None, (tmp_path / "sam.log").read_text()
+            assert make.poll() is None, log.read_text()[-5000:]
             try:
                 if httpx.get(f"{base}/health", timeout=60).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
-            assert time.monotonic() < deadline, (tmp_path / "sam.log").read_text()
+            assert time.monotonic() < deadline, log.read_text()[-5000:]
             time.sleep(1)
         yield f"{base}/v1"
     finally:
-        _stop(sam, signal.SIGINT)  # sam removes its warm containers on an interrupt
+        os.killpg(make.pid, signal.SIGINT)  # Ctrl-C, as at a terminal
+        try:
+            make.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            os.killpg(make.pid, signal.SIGKILL)
+            raise
+    assert _ours() <= before, f"make sam-local left processes behind: {log.read_text()[-3000:]}"
 
 
-def test_exec_upload_list_download_through_sam_local(sam_api: str) -> None:
-    headers = {"X-API-Key": KEY}
-    http = httpx.Client(headers=headers, timeout=120)
-    health = http.get(sam_api.removesuffix("/v1") + "/health").json()
-    assert "py" in json.dumps(health)
+def test_the_g1_client_and_librechats_file_calls_through_make_sam_local(sam_local: str) -> None:
+    health = httpx.get(sam_local.removesuffix("/v1") + "/health", timeout=60).json()
+    assert health["backend"] == "runner" and "py" in health["languages"]
 
-    # sam's emulator hands a request body to the function as UTF-8 text: an HTTP API's
-    # implicit routes declare no binary media types (README "sam local"). So a CSV goes up,
-    # and binary bytes come down (the response is base64 both on AWS and here).
-    csv = "a,b\n1,2\n"
-    up = http.post(f"{sam_api}/upload", files={"file": ("data.csv", csv.encode())}, headers={"User-Id": "u1"})
-    assert up.status_code == 200, up.text
-    session, csv_id = up.json()["session_id"], up.json()["files"][0]["fileId"]
+    result = drive_client(sam_local, KEY)
+    assert result["client"]["version"] == "3.1.63"
+    first = result["first"]
+    assert first["status"] == "success"
+    assert first["content"].startswith(f"stdout:\n{result['tokens']['stdout']}\n")
+    session, [out] = first["artifact"]["session_id"], first["artifact"]["files"]
+    download = httpx.get(f"{sam_local}/download/{session}/{out['id']}", headers={"X-API-Key": KEY}, timeout=60)
+    assert download.text == result["tokens"]["file"]
+    for later in ("second", "injected"):  # the file of the first turn, read in later ones
+        assert result[later]["content"] == f"stdout:\n{result['tokens']['file']}", later
+    assert_languages(result["languages"], g2=False)
+    assert result["bad_key"]["error"].endswith("HTTP error! status: 401")
 
-    code = "import sys; data = open('data.csv').read(); open('out.png', 'wb').write(bytes(range(256)) * 4); print(data)"
-    ref = {"id": csv_id, "session_id": session, "name": "data.csv"}
-    ran = http.post(f"{sam_api}/exec", json={"lang": "py", "code": code, "user_id": "u1", "files": [ref]})
-    assert ran.status_code == 200, ran.text
-    body = ran.json()
-    assert (body["stdout"], body["stderr"], body["session_id"]) == (csv + "\n", "", session)
-    [out] = body["files"]
-    assert out["name"] == "out.png"
-
-    listing = http.get(f"{sam_api}/files/{session}", params={"detail": "summary"})
-    assert sorted((f["path"], f["size"]) for f in listing.json()) == [("data.csv", len(csv)), ("out.png", 1024)]
-
-    assert http.get(f"{sam_api}/download/{session}/{csv_id}").text == csv
-    download = http.get(f"{sam_api}/download/{session}/{out['id']}")
-    assert download.status_code == 200
-    assert download.content == bytes(range(256)) * 4
+    # G1 LibreChat's own calls: a text upload (sam's emulator hands a body over as UTF-8
+    # text, README "sam local"), a run that writes a binary file, the listing, the download.
+    assert_librechat_file_calls(drive_client(sam_local, KEY, "files_client.mjs"))
