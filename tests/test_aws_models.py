@@ -114,13 +114,22 @@ def test_the_agentcore_fake_answers_every_tool_and_error_within_the_model(agentc
 
     with pytest.raises(ClientError, match="ResourceNotFoundException"):
         client.get_code_interpreter_session(**ci, sessionId="01JZZZZZZZZZZZZZZZZZZZZZZZ")
-    with pytest.raises(ClientError, match="ValidationException"):
-        client.start_code_interpreter_session(**ci, name="x" * 100, sessionTimeoutSeconds=99_999)
     second = ci | {"sessionId": client.start_code_interpreter_session(**ci)["sessionId"]}
+    with pytest.raises(ClientError, match="ValidationException"):  # a path out of the working directory
+        client.invoke_code_interpreter(**second, name="readFiles", arguments={"paths": ["/etc/passwd"]})
     agentcore_fake.fake.faults.append(("ValidationException", True))  # an error event after the result
     with pytest.raises(EventStreamError, match="validationException"):  # named as its member
         list(client.invoke_code_interpreter(**second, name="executeCommand", arguments={"command": "true"})["stream"])
     assert agentcore_fake.fake.violations == []
+
+
+def test_the_agentcore_fake_refuses_a_request_botocore_lets_through(agentcore_fake: RunningFake) -> None:
+    # botocore checks types and lower bounds before it sends; not every range the model sets.
+    client = boto3.client(AGENTCORE, endpoint_url=agentcore_fake.url, region_name="us-east-1")
+    with pytest.raises(ClientError):
+        client.start_code_interpreter_session(codeInterpreterIdentifier="x", sessionTimeoutSeconds=99_999)
+    assert "sessionTimeoutSeconds: 99999 is outside" in agentcore_fake.fake.violations[0]
+    agentcore_fake.fake.violations.clear()  # seen: the fake's `with` would fail on it
 
 
 def test_the_backends_leave_botocores_request_validation_on(aws_env: None, tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ It behaves as AgentCore is documented or recorded to (../shared/FACTS.md):
   file's `size` and `mimeType`): the model's fields for a link; no recorded listing was
   at hand to copy.
 
-Every reply, error and stream event is checked against botocore's model of the service
-before it is sent (models.py); one that breaks it is answered 500 and kept in
+Every request it receives, and every reply, error and stream event before it is sent, is
+checked against botocore's model of the service (models.py); one that breaks it is answered 500 and kept in
 `violations`, which the fake's `with` block raises at its end.
 """
 
@@ -53,7 +53,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from . import eventstream
-from .models import ModelViolation, check_error, check_event, check_reply
+from .models import ModelViolation, check_error, check_event, check_reply, check_request
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # The programs run with this environment only: nothing of the test process leaks in.
@@ -391,6 +391,8 @@ class _Handler(BaseHTTPRequestHandler):
         session_id = query.get("sessionId") or self.headers.get("x-amzn-code-interpreter-session-id", "")
         if route != "POST tools/invoke":
             fake.calls.append(route)
+        if self.operation is not None:
+            self._checked(check_request, _SERVICE, self.operation, body)
         fault = fake.take_fault(in_stream=route == "POST tools/invoke")
         if fault and not fault[1]:
             return self._error(fault[0], "injected fault")

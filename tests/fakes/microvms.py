@@ -11,8 +11,8 @@ that, as AWS's does, admits only requests with a token minted for that VM and po
 suspended VM, and streams bodies both ways. RunMicrovm answers the endpoint as a bare
 host and path (`endpoint_scheme=True`: with `https://`), as AWS leaves it unsaid.
 
-Every control-plane reply and error is checked against botocore's model before it is
-sent (models.py); one that breaks it is answered 500 and kept in `violations`.
+Every control-plane request it receives, and every reply and error before it is sent, is
+checked against botocore's model (models.py); one that breaks it is answered 500 and kept in `violations`.
 
 What tests steer: `throttled` (answer that many RunMicrovm with 429 and Retry-After),
 `die_on_boot` (the next VM stops before its runner answers), `next_ids` (the VM ids to
@@ -45,7 +45,7 @@ from codeexec.runner.hooks import HOOKS, create_hook_app
 from codeexec.settings import Settings
 
 from ..serving import serving
-from .models import ModelViolation, check_error, check_reply
+from .models import ModelViolation, check_error, check_reply, check_request
 
 API = "/2025-09-09"
 PORT = 8080
@@ -118,6 +118,8 @@ class FakeMicrovms:
 
     async def run_microvm(self, request: Request) -> Response:
         body = json.loads(await request.body())
+        if refused := self._refused("RunMicrovm", body):
+            return refused
         self.launches.append(body)
         if self.throttled > 0:
             self.throttled -= 1
@@ -183,6 +185,8 @@ class FakeMicrovms:
         if vm is None or vm.state == "TERMINATED":
             return self._not_found("CreateMicrovmAuthToken")
         body = json.loads(await request.body())
+        if refused := self._refused("CreateMicrovmAuthToken", body):
+            return refused
         if [p.get("port") for p in body["allowedPorts"]] != [PORT] or not 1 <= body["expirationInMinutes"] <= 60:
             message = "tokens here are for port 8080, for at most 60 minutes"
             return self._error("CreateMicrovmAuthToken", "ValidationException", message)
@@ -243,6 +247,15 @@ class FakeMicrovms:
         if vm.state_reason:
             record["stateReason"] = vm.state_reason
         return record
+
+    def _refused(self, operation: str, body: dict[str, Any]) -> Response | None:
+        """A 500 for a request body the model does not allow (botocore would never send it)."""
+        try:
+            check_request(_SERVICE, operation, body)
+        except ModelViolation as exc:
+            self.violations.append(str(exc))
+            return JSONResponse({"message": "a request the model does not allow"}, 500)
+        return None
 
     def _reply(self, operation: str, body: dict[str, Any]) -> Response:
         try:

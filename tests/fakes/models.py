@@ -1,10 +1,11 @@
-"""The fakes' replies held to botocore's service models, as AWS's own replies are.
+"""The fakes' requests and replies held to botocore's service models, as AWS's own are.
 
 botocore validates what a client SENDS, never what it receives: a fake that answers a
 null, a missing required member, an undeclared error or a timestamp in another format
 would pass every test and meet the first real reply unprepared. So each fake walks every
 body it answers through the operation's output shape (or the error's, or the event's)
-before it sends it, with the wire rules of the REST-JSON protocol both services speak:
+before it sends it (and each request's body it receives through the input shape), with the
+wire rules of the REST-JSON protocol both services speak:
 
 - a structure carries its required members, no member the model lacks, and no null;
   a union exactly one member; members bound to headers never appear in the body;
@@ -43,6 +44,13 @@ def service(name: str) -> ServiceModel:
 
 def operation(service_name: str, name: str) -> OperationModel:
     return service(service_name).operation_model(name)
+
+
+def check_request(service_name: str, operation_name: str, body: Any) -> None:
+    """A request's JSON body as it arrived, against the operation's input shape: botocore
+    validates what it sends, and this holds it to the same model on the fake's side."""
+    shape = operation(service_name, operation_name).input_shape
+    _check(shape, body, operation_name) if shape is not None else _equal(body, {}, operation_name)
 
 
 def check_reply(service_name: str, operation_name: str, body: Any) -> None:
