@@ -24,10 +24,12 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from codeexec.api.app import create_app
+from codeexec.errors import BackendUnavailable
 from codeexec.reaper import reap
 from codeexec.runner.hooks import HOOKS
 from codeexec.sandbox.microvm import vm_ids
 from codeexec.sandbox.microvm.sandboxes import https
+from codeexec.sandbox.runner import RunnerSessions
 from codeexec.settings import Settings
 
 from .calls import file_id, names, run, upload
@@ -277,3 +279,15 @@ def test_the_runner_answers_awss_hooks_at_their_paths_with_their_bodies(hooked_r
     assert httpx.post(f"{hooks}{HOOKS}/run", json=other).status_code == 409
     assert httpx.get(f"{runner}/sessions", headers={"X-Runner-Key": "another-key"}).status_code == 401
     assert httpx.get(f"{runner}/sessions", headers=keyed).status_code == 200
+
+
+def test_a_vm_whose_session_cannot_be_made_is_ended(
+    client: TestClient, fake: FakeMicrovms, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
+        raise BackendUnavailable("the runner refused the session", retry_after=1)
+
+    monkeypatch.setattr(RunnerSessions, "create", refused)
+    answer = client.post("/v1/exec", json={"lang": "py", "code": "print(1)"})
+    assert answer.status_code == 503
+    assert len(fake.launches) == 1 and fake.running() == []  # ended, not left to idle to its TTL

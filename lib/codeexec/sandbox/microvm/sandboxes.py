@@ -115,7 +115,12 @@ class MicrovmSandboxes:
             raise BackendUnavailable(str(exc)) from exc
         vm = self._vm(vm_id, started["endpoint"])
         self._await_boot(vm_id, vm)
-        with vm.sessions.create(owner, shared, read_only, session) as sandbox:
+        with contextlib.ExitStack() as stack:
+            try:
+                sandbox = stack.enter_context(vm.sessions.create(owner, shared, read_only, session))
+            except BaseException:
+                self.api.terminate(vm_id)  # a VM without its session would idle to its TTL
+                raise
             yield sandbox
 
     @contextlib.contextmanager
