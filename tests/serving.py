@@ -13,7 +13,7 @@ import uvicorn
 
 from codeexec.runner.app import Runner, create_runner_app
 from codeexec.runner.build import build_runner
-from codeexec.server import KEEP_ALIVE_SECONDS
+from codeexec.serving import KEEP_ALIVE_SECONDS
 from codeexec.settings import Settings
 
 RUNNER_KEY = "runner-key-0123456789"

@@ -4,9 +4,10 @@ A session id and a file id are both 21 characters of `[A-Za-z0-9_-]`: LibreChat 
 into URLs without encoding them, and its fallback download route takes nothing else.
 
 A file id is DERIVED from where the file's bytes are (its session and its path under
-`/mnt/data`), with no table: the same file always has the same id, and finding a file
-by its id needs nothing but the session's own listing. A file's path travels beside
-its id, in `name`. A raw path is still accepted as an id, from clients that stored one.
+`/mnt/data`), with no table: the same file always has the same id. A file's path travels
+beside its id, in `name`, and a client's ref names both: the path the name gives is
+checked against the id (`paths_for`), so finding an input never lists its session. A raw
+path is still accepted as an id, from clients that stored one.
 """
 
 from __future__ import annotations
@@ -74,6 +75,40 @@ def port_path(value: str) -> str:
     if value.startswith(prefix):
         return prefix + file_path(value.removeprefix(prefix))
     return file_path(value)
+
+
+# How LibreChat renames the older of two inputs that share a name: `<stem>-<hex>.<ext>`.
+_RENAMED = re.compile(r"(?P<stem>.+)-[0-9a-f]{4,}(?P<ext>\.[^./]+)?")
+
+
+def paths_for(session_id: str, ref_id: str, name: str | None) -> list[str]:
+    """Where a client's ref may point in its session, in the order to try, without a
+    listing: the path its name gives (or the name it had before LibreChat renamed it),
+    each only when the id is that path's derived id; then the id as a raw path (clients
+    that stored one); then the name's path whatever the id (3.1.x clients strip the
+    extension off an id: "out" for "out.txt")."""
+    named = [path for path in map(_checked, (name, _unrenamed(name))) if path]
+    derived = [path for path in named if file_id(session_id, path) == ref_id]
+    return list(dict.fromkeys([*derived, *filter(None, [_checked(ref_id, raw=True)]), *named[:1]]))
+
+
+def _checked(value: str | None, raw: bool = False) -> str | None:
+    if not value:
+        return None
+    try:
+        return file_path(value) if raw else upload_path(value)
+    except BadRequest:
+        return None
+
+
+def _unrenamed(name: str | None) -> str | None:
+    if not name:
+        return None
+    head, _, leaf = name.replace("\\", "/").rpartition("/")
+    found = _RENAMED.fullmatch(leaf)
+    if found is None:
+        return None
+    return f"{head}/" * bool(head) + found["stem"] + (found["ext"] or "")
 
 
 def upload_path(filename: str | None) -> str:
