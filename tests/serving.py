@@ -52,7 +52,7 @@ def running_runner(settings: Settings, host: str = "127.0.0.1") -> Iterator[tupl
     from pydantic import SecretStr
 
     runner = build_runner(settings.model_copy(update={"runner_key": SecretStr(RUNNER_KEY)}))
-    with serving(create_runner_app(runner, sweep_seconds=0.2), host) as url:
+    with serving(create_runner_app(runner), host) as url:
         yield url, runner
 
 

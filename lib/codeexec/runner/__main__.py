@@ -3,18 +3,16 @@
 It reads the same settings as the service (SANDBOX_ROOT, the limits, LEASE_TTL_SECONDS,
 IDLE_TIMEOUT_SECONDS, REAP_INTERVAL_SECONDS) and RUNNER_KEY, the key callers must send.
 With RUNNER_HOOK_PORT set (in a MicroVM), it also answers the VM's run hook there, which
-hands it its key and its one session (hooks.py).
+hands it its key and its one session (hooks.py). It is served as the service is
+(codeexec.serving), and imports neither the API nor the embedded server.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 
-import uvicorn
-
-from ..server import KEEP_ALIVE_SECONDS, start_reaper
+from .. import serving
 from ..settings import Settings
 from .app import create_runner_app
 from .build import build_runner
@@ -29,26 +27,15 @@ def main() -> None:
         logging.getLogger("codeexec.runner").warning("RUNNER_KEY is not set: every call will be refused")
     host = os.environ.get("RUNNER_HOST", "127.0.0.1")
     port = int(os.environ.get("RUNNER_PORT", "8080"))
-    start_reaper(runner.sandboxes, settings)
-    servers = [
-        uvicorn.Server(
-            uvicorn.Config(
-                create_runner_app(runner), host=host, port=port, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS
-            )
-        )
-    ]
+    serving.start_reaper(runner.sandboxes, settings)
+    configs = [serving.config(create_runner_app(runner), host, port)]
     hook_port = os.environ.get("RUNNER_HOOK_PORT")
     if hook_port:  # in a MicroVM: the key and the session arrive with the run hook
         from .hooks import create_hook_app
 
-        hooks = uvicorn.Config(create_hook_app(runner), host=host, port=int(hook_port), log_level="info")
-        servers.append(uvicorn.Server(hooks))
+        configs.append(serving.config(create_hook_app(runner), host, int(hook_port)))
     print(f"Sandbox runner on http://{host}:{port} (root: {settings.sandbox_root})", flush=True)
-
-    async def serve() -> None:
-        await asyncio.gather(*(server.serve() for server in servers))
-
-    asyncio.run(serve())
+    serving.serve(*configs)
 
 
 if __name__ == "__main__":

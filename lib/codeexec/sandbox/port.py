@@ -259,6 +259,18 @@ class Input:
 
 
 @dataclass(frozen=True)
+class Carried:
+    """An input's bytes brought from where they are by the caller, when no backend can
+    copy them where they are (each MicroVM is a session of its own): which of the run's
+    inputs, the path it has there, and whether it comes from a read-only upload."""
+
+    index: int
+    found: str
+    read_only: bool
+    reader: BinaryIO
+
+
+@dataclass(frozen=True)
 class Placed:
     """Where an input is now in the run's session; no path when it could not be placed:
     not found (`refused` empty: its session ended, or is not the caller's), or refused."""
@@ -389,13 +401,14 @@ class Sandboxes:
 
     # -- coarse operations: one request each on a remote backend --------------------------
 
-    def execute(self, run: Run) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = ()) -> Ran:
         """Place the session, take its hold, bring the inputs in, run, and report the
-        result with what changed; inputs that cannot be placed are reported, not fatal."""
+        result with what changed; inputs that cannot be placed are reported, not fatal.
+        Inputs `carried` in are taken first, in order, each read to its end."""
         if run.program.lang not in self.languages:
             raise UnsupportedLanguage(f"lang '{run.program.lang}' is not available on this backend")
         with self._placed(run.placement) as (sandbox, created), sandbox.exclusive():
-            placed = self._place_inputs(sandbox, run.inputs, run.placement.access.to(Intent.READ))
+            placed = self._place_inputs(sandbox, run, carried)
             before = self._before(sandbox, run.keep)
             result = sandbox.run(run.program)
             changes = Changes.between(before, sandbox.list_files())
@@ -439,6 +452,17 @@ class Sandboxes:
             path = _resolve(sandbox, file_id).path
             sandbox.remove_file(path)
         return path
+
+    def read_inputs(self, session_id: str, access: Access, inputs: Iterable[Input]) -> Iterator[Carried]:
+        """The inputs of one session, found as a run would find them, one by one (each
+        reader read to its end before the next), for a run elsewhere to carry in; those
+        not found are left out."""
+        with self.open(session_id, access.admits) as origin:
+            for index, wanted in enumerate(inputs):
+                with contextlib.suppress(FileNotFound):
+                    reader, info = _open_first(origin, wanted.paths(origin.id))
+                    with reader:
+                        yield Carried(index, info.path, origin.lease.read_only, reader)
 
     def read_record(self, session_id: str, access: Access, key: str) -> bytes:
         """The service's record under `key` (see Keep); Conflict when there is none."""
@@ -509,17 +533,21 @@ class Sandboxes:
                 return stack.enter_context(self.create(placement.access.owner, session_id=placement.named)), True
         raise Conflict("the conversation's session is busy being made; try again")
 
-    def _place_inputs(self, sandbox: Sandbox, inputs: Iterable[Input], reader: Access) -> list[Placed]:
-        """Every input into the run's session, each origin session opened once."""
-        inputs = list(inputs)
-        placed: dict[int, Placed] = {}
+    def _place_inputs(self, sandbox: Sandbox, run: Run, carried: Iterable[Carried]) -> list[Placed]:
+        """Every input into the run's session: the carried ones, then the others from
+        their sessions, each origin opened once."""
+        inputs = run.inputs
+        placed = {c.index: _placed_from(c.reader, c.found, c.read_only, sandbox, inputs[c.index]) for c in carried}
         by_origin: dict[str, list[int]] = {}
         for index, wanted in enumerate(inputs):
-            by_origin.setdefault(wanted.origin or sandbox.id, []).append(index)
+            if index not in placed:
+                by_origin.setdefault(wanted.origin or sandbox.id, []).append(index)
+        reader = run.placement.access.to(Intent.READ)
         for origin_id, indexes in by_origin.items():
             try:
                 with contextlib.ExitStack() as stack:
-                    origin = sandbox if origin_id == sandbox.id else stack.enter_context(self.open(origin_id, reader.admits))
+                    own = origin_id == sandbox.id
+                    origin = sandbox if own else stack.enter_context(self.open(origin_id, reader.admits))
                     placed |= {i: place_one(origin, sandbox, inputs[i]) for i in indexes}
             except SessionNotFound:
                 placed |= {i: Placed(None) for i in indexes}
@@ -543,15 +571,22 @@ def place_one(origin: Sandbox, sandbox: Sandbox, wanted: Input) -> Placed:
     """One input, from its session (`origin`, maybe the run's own) into the run's."""
     try:
         reader, info = _open_first(origin, wanted.paths(origin.id))
-        with reader:
-            target = wanted.target(info.path)
-            if origin is not sandbox or target != info.path:
-                sandbox.write_file(target, reader, _ANY_SIZE)
-        return Placed(target, origin.lease.read_only)
     except FileNotFound:
         return Placed(None)
+    with reader:
+        return _placed_from(reader, info.path, origin.lease.read_only, sandbox, wanted, copy=origin is not sandbox)
+
+
+def _placed_from(
+    reader: BinaryIO, found: str, read_only: bool, sandbox: Sandbox, wanted: Input, copy: bool = True
+) -> Placed:
+    try:
+        target = wanted.target(found)
+        if copy or target != found:
+            sandbox.write_file(target, reader, _ANY_SIZE)
     except (BadRequest, TooLarge) as refused:
         return Placed(None, refused=refused.details)
+    return Placed(target, read_only)
 
 
 def _open_first(origin: Sandbox, paths: Iterable[str]) -> tuple[BinaryIO, FileInfo]:
