@@ -137,6 +137,17 @@ def test_every_route_is_at_most_two_requests_or_three_agentcore_calls(backend: B
         assert client.delete(f"/v1/files/{session}/{one['files'][0]['fileId']}").status_code == 200
     assert client.get(f"/v1/download/{session}/a.txt").status_code == 404
 
+    weather = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    with backend.counting("programmatic, first round", counts):
+        asked = client.post("/v1/exec/programmatic", json={"code": "print(await get_weather(city='x'))",
+                                                           "tools": [weather]}).json()  # fmt: skip
+    results = [{"call_id": asked["tool_calls"][0]["id"], "result": "sunny"}]
+    with backend.counting("programmatic, next round", counts):
+        done = client.post(
+            "/v1/exec/programmatic", json={"continuation_token": asked["continuation_token"], "tool_results": results}
+        ).json()
+    assert (done["status"], done["stdout"]) == ("completed", "sunny\n")
+
     most = TARGETS[backend.name]
     over = {label: seen for label, seen in counts.items() if len(seen) > most}
     assert not over, f"{backend.name}: over {most}: {over}"
