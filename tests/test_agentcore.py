@@ -183,7 +183,9 @@ def test_an_upload_into_a_new_session_names_its_owner_and_caps_the_lease_at_eigh
     assert (path, commit.args["fresh"], commit.args["session"]) == ("a.bin", True, WIRE)
 
 
-def test_an_upload_over_its_limit_or_reserved_never_reaches_a_session(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+def test_an_upload_over_its_limit_or_reserved_never_reaches_a_session(
+    backend: AgentCoreSandboxes, stub: Stubber
+) -> None:
     with pytest.raises(TooLarge):
         backend.write_files(Placement(CHANGE), [("a.bin", io.BytesIO(b"x" * 11))], 10)
     with pytest.raises(BadRequest, match="reserved"):

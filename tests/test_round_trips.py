@@ -124,7 +124,8 @@ def test_every_route_is_at_most_two_requests_or_three_agentcore_calls(backend: B
         ("exec, 10 inputs of another session", other_refs, "10 10\n"),
     ):
         with backend.counting(label, counts):
-            ran = client.post("/v1/exec", json={"lang": "py", "code": count_inputs, "session_id": session, "files": refs})
+            body = {"lang": "py", "code": count_inputs, "session_id": session, "files": refs}
+            ran = client.post("/v1/exec", json=body)
         assert (ran.json()["stdout"], ran.json()["stderr"]) == (expected, ""), label
     with backend.counting("exec, writing 20 files", counts):
         wrote = client.post("/v1/exec", json={"lang": "bash", "code": TWENTY, "session_id": session}).json()

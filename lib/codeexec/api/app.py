@@ -74,7 +74,8 @@ def _token_secret(settings: Settings, api_key: Callable[[], str | None]) -> Call
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     # Locations and messages only: pydantic's error also carries the input, which may be code.
     errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-    return error_response(BadRequest("; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors)))
+    said = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors)
+    return error_response(BadRequest(said))
 
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -97,7 +97,9 @@ class Workflow:
 
     def _driver_asked(self, calls: Any) -> bool:
         offered = {tool.name for tool in self.tools}
-        ids = [call.get("id") for call in calls] if isinstance(calls, list) and all(isinstance(c, dict) for c in calls) else None
+        if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+            return False
+        ids = [call.get("id") for call in calls]
         return bool(
             ids
             and len(set(ids)) == len(ids)

@@ -215,7 +215,8 @@ async def _remove(request: Request) -> Response:
 async def _stat(request: Request) -> Response:
     access = protocol.access_of(request.query_params)
     sid, file_id = request.path_params["sid"], _file_id(request)
-    return JSONResponse(protocol.file_json(await run_in_threadpool(_sandboxes(request).stat_file, sid, access, file_id)))
+    info = await run_in_threadpool(_sandboxes(request).stat_file, sid, access, file_id)
+    return JSONResponse(protocol.file_json(info))
 
 
 async def _read_inputs(request: Request) -> Response:

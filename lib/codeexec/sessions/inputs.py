@@ -24,8 +24,8 @@ def of(refs: Sequence[FileRef]) -> tuple[Input, ...]:
 def missing(refs: Sequence[FileRef], placed: Sequence[Placed]) -> list[str]:
     """The notes on inputs the run did not get, capped so a reply stays small."""
     said = [
-        notes.not_copied(ref.name or ref.id, where.refused) if where.refused else notes.not_available(ref.name or ref.id)
+        notes.not_copied(name, where.refused) if where.refused else notes.not_available(name)
         for ref, where in zip(refs, placed, strict=True)
-        if where.path is None
+        if where.path is None and (name := ref.name or ref.id)
     ]
     return notes.capped(said)

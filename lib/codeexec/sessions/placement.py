@@ -25,7 +25,8 @@ def for_run(caller: Caller, request: RunRequest, stateful: bool, named_sessions:
         raise ProfileMismatch("this deployment's backend cannot keep a stateful workspace")
     if request.runtime_session_hint and named_sessions:
         owner = caller.owner.tag()
-        return Placement(landing(caller), named=ids.derived_id("hint", owner.org, owner.user, request.runtime_session_hint))
+        named = ids.derived_id("hint", owner.org, owner.user, request.runtime_session_hint)
+        return Placement(landing(caller), named=named)
     own = (ref.home_session for ref in request.files if ref.kind in (None, "user"))
     candidates = tuple(dict.fromkeys(c for c in (request.session_id, *own) if c))
     return Placement(landing(caller), candidates)

@@ -122,7 +122,8 @@ _BOOT = {
         "exec(answer['arm'], {{}})\n"
     ),
     "javascript": (
-        "(() => {{ const cp = process.getBuiltinModule ? process.getBuiltinModule('child_process') : require('child_process');"
+        "(() => {{ const cp = process.getBuiltinModule ? process.getBuiltinModule('child_process')"
+        " : require('child_process');"
         " const out = cp.execFileSync('python3', ['-c', {vm}, 'pre'], {{ input: {args} }}).toString();"
         " const answer = JSON.parse(Buffer.from(out.split({mark}).pop().trim() || 'e30=', 'base64').toString());"
         " if (!answer.arm) throw new Error('codeexec: ' + (answer.refused || 'the run could not start'));"
@@ -213,7 +214,7 @@ class AgentCoreSandboxes(Sandboxes):
         try:
             token = secrets.token_hex(8)
             staged = [(f".codeexec/up-{token}-{n}", path) for n, (path, _) in enumerate(blobs)]
-            self._write(session, [{"path": name, "blob": blob} for (name, _), (_, blob) in zip(staged, blobs, strict=True)])
+            self._write(session, _blobs([name for name, _ in staged], [blob for _, blob in blobs]))
             answer = self._step(session, "commit", {**self._hold_args(session), "staged": staged})
             if "refused" in answer:
                 raise _refusal(answer["refused"], BadRequest)
@@ -234,8 +235,8 @@ class AgentCoreSandboxes(Sandboxes):
         if send_to is None:
             info = self._stat(session, file_id)
         else:
-            sent = self._step(session, "send", {"file_id": file_id, "url": send_to.url, "from_bytes": send_to.from_bytes,
-                                                "seconds": int(self.hold_wait_seconds)})  # fmt: skip
+            send = {"url": send_to.url, "from_bytes": send_to.from_bytes, "seconds": int(self.hold_wait_seconds)}
+            sent = self._step(session, "send", {"file_id": file_id, **send})
             info = _found(sent)
             if sent.get("sent"):
                 return Opened(info)
@@ -442,7 +443,7 @@ class AgentCoreSandboxes(Sandboxes):
     ) -> tuple[RunResult, dict[str, Any]]:
         staged = [f".codeexec/in-{step['token']}-{n}" for n in range(len(brought))]
         if brought:  # a command carries no bytes of any size: they go ahead of it
-            self._write(session, [{"path": name, "blob": data} for name, (_, _, data, _) in zip(staged, brought, strict=True)])
+            self._write(session, _blobs(staged, [data for _, _, data, _ in brought]))
         carried = [{"index": i, "target": t, "staged": name, "read_only": ro}
                    for name, (i, t, _, ro) in zip(staged, brought, strict=True)]  # fmt: skip
         args = {**step, "carried": carried, "code": program.code, "args": list(program.args),
@@ -501,6 +502,10 @@ def _first_line(language: str, pre: dict[str, Any], argv: tuple[str, ...]) -> st
     )  # fmt: skip
     encoded = base64.b64encode(boot.encode()).decode()
     return _FIRST_LINE[language].format(boot=encoded if language == "python" else json.dumps(encoded))
+
+
+def _blobs(paths: list[str], blobs: list[bytes]) -> list[dict[str, Any]]:
+    return [{"path": path, "blob": blob} for path, blob in zip(paths, blobs, strict=True)]
 
 
 def _ran(answer: dict[str, Any]) -> dict[str, Any]:

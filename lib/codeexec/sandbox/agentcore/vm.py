@@ -18,6 +18,7 @@ and the hold let go), and run (pre, a bash program under its time limit, post).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -27,7 +28,8 @@ import stat
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MARK = "CODEEXEC-VM:"
 OWN = ".codeexec"
@@ -162,7 +164,7 @@ def step_commit(args: dict[str, Any]) -> dict[str, Any]:
     with held(args):
         for _, path in args["staged"]:
             if not placeable(path):
-                return {"refused": "a file of the upload cannot go where its name says (a directory, or a link, is there)"}
+                return {"refused": "a file of the upload cannot go where its name says: a directory or a link is there"}
         for staged, path in args["staged"]:
             os.rename(staged, path)
     return {"ok": True}
@@ -222,10 +224,8 @@ def take_hold(stale: float, wait: float) -> None:
 
 
 def release_hold() -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.rmdir(HOLD)
-    except OSError:
-        pass
 
 
 # -- runs --------------------------------------------------------------------------------
@@ -335,17 +335,15 @@ def watchdog(lang: str, timeout: float, pid_file: str) -> str:
     removed the pid file by then (the run is over; the interpreter may be a kernel that
     lives on); and the code the run's first line runs to write that pid file. Outside the
     interpreter, so a loop that never yields to it is stopped all the same."""
-    kill = "sleep %s; p=$(cat %s 2>/dev/null) && rm -f %s && kill -KILL \"$p\"" % (timeout, pid_file, pid_file)
+    kill = f'sleep {timeout}; p=$(cat {pid_file} 2>/dev/null) && rm -f {pid_file} && kill -KILL "$p"'
     subprocess.Popen(
         ["sh", "-c", kill], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
     if lang == "python":
-        return "import os\nopen(%r, 'w').write(str(os.getpid()))\n" % pid_file
-    return (
-        "(process.getBuiltinModule ? process.getBuiltinModule('fs') : require('fs'))"
-        ".writeFileSync(%s, String(process.pid));" % json.dumps(pid_file)
-    )
+        return f"import os\nopen({pid_file!r}, 'w').write(str(os.getpid()))\n"
+    fs = "(process.getBuiltinModule ? process.getBuiltinModule('fs') : require('fs'))"
+    return f"{fs}.writeFileSync({json.dumps(pid_file)}, String(process.pid));"
 
 
 def step_post(args: dict[str, Any]) -> dict[str, Any]:
@@ -361,10 +359,8 @@ def step_post(args: dict[str, Any]) -> dict[str, Any]:
         with open(rundir + "/before") as source:
             before = json.load(source)
         if args.get("pid_file"):
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(args["pid_file"])
-            except OSError:
-                pass
         after = listing()
         if not before["fresh"]:
             release_hold()

@@ -126,14 +126,21 @@ def move_beneath(root: str, moves: list[tuple[str, int, str]], owner: Owner) -> 
     try:
         for path, _, _ in moves:
             with _parent_dir(root, path, create=owner or True) as (dir_fd, name):
-                with contextlib.suppress(FileNotFoundError):
-                    if stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
-                        raise OSError(errno.EISDIR, "a directory has that name")
+                _no_directory_at(dir_fd, name)
         for path, staging_fd, staged in moves:
             with _parent_dir(root, path) as (dir_fd, name):
                 os.rename(staged, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
     except OSError as exc:
         raise _refused(exc) from exc
+
+
+def _no_directory_at(dir_fd: int, name: str) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.EISDIR, "a directory has that name")
 
 
 def _write_at(dir_fd: int, name: str, data: BinaryIO, limit: int, owner: Owner) -> None:
