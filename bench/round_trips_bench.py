@@ -159,12 +159,11 @@ def main() -> None:
     args = parser.parse_args()
     key, runner_key = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     runner_port = _free_port()
-    runner_env = {"RUNNER_KEY": runner_key, "RUNNER_PORT": str(runner_port), "WARM_PYTHON": "0",
-                  "WARM_SANDBOXES": "0"}  # fmt: skip
     with sandbox_root() as root, contextlib.ExitStack() as stack:
         runner = f"http://127.0.0.1:{runner_port}"
-        stack.enter_context(process([sys.executable, "-m", "codeexec.runner"], {**runner_env, "SANDBOX_ROOT": str(root)},
-                                    runner))  # fmt: skip
+        runner_env = {"RUNNER_KEY": runner_key, "RUNNER_PORT": str(runner_port), "SANDBOX_ROOT": str(root),
+                      "WARM_PYTHON": "0", "WARM_SANDBOXES": "0"}  # fmt: skip
+        stack.enter_context(process([sys.executable, "-m", "codeexec.runner"], runner_env, runner))
         proxy = stack.enter_context(delaying_proxy(runner_port, args.delay_ms / 1e3))
         clients = [
             stack.enter_context(httpx.Client(base_url=stack.enter_context(service_of(url, runner_key, key)),
