@@ -23,12 +23,9 @@ from .errors import BadRequest
 # LibreChat validates ids with exactly this pattern on some of its routes.
 _ID = re.compile(r"[A-Za-z0-9_-]{21}")
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
-# Where the service keeps what it needs inside a session (a backend's markers, a
-# programmatic run's progress): never a client's file.
+# Where a backend keeps what it needs inside a session's files (AgentCore's markers and
+# steps): never a client's file.
 RESERVED_DIR = ".codeexec"
-# In it, what the session layer keeps (a programmatic run's progress): backends store it
-# like any file, clients can never name it.
-STATE_DIR = f"{RESERVED_DIR}/state"
 # A path the filesystem, and every client, can take: LibreChat's own limit is 255 a name.
 MAX_PATH_CHARS = 1024
 
@@ -66,15 +63,6 @@ def file_path(file_id: str) -> str:
     if path.parts[0] == RESERVED_DIR:
         raise BadRequest(f"paths under {RESERVED_DIR}/ are the service's own")
     return path.as_posix()
-
-
-def port_path(value: str) -> str:
-    """A path as the sandbox port takes it over the wire (the runner): a client's, or one
-    under STATE_DIR that the session layer keeps."""
-    prefix = f"{STATE_DIR}/"
-    if value.startswith(prefix):
-        return prefix + file_path(value.removeprefix(prefix))
-    return file_path(value)
 
 
 # How LibreChat renames the older of two inputs that share a name: `<stem>-<hex>.<ext>`.

@@ -44,7 +44,7 @@ from enum import Enum
 from typing import BinaryIO, Protocol
 
 from .. import ids
-from ..errors import BadRequest, Conflict, FileNotFound, ServiceError, SessionNotFound, TooLarge, UnsupportedLanguage
+from ..errors import BadRequest, Conflict, FileNotFound, SessionNotFound, TooLarge, UnsupportedLanguage
 
 # -- who -------------------------------------------------------------------------------------
 
@@ -385,8 +385,6 @@ class Sandbox(Protocol):
 
 # The largest input copied from another session: bounded by the session's disk limit alone.
 _ANY_SIZE = 1 << 62
-# A new session a call made and then failed in: ended, not left for the reaper.
-_FAILED_NEW = (ServiceError, OSError)
 
 
 class Sandboxes:
@@ -423,7 +421,7 @@ class Sandboxes:
             try:
                 stack.enter_context(sandbox.exclusive())
                 sandbox.write_files(files, limit)
-            except _FAILED_NEW:
+            except BaseException:  # whatever stopped it, a session made for it would hold nothing
                 if created:
                     stack.close()
                     self.end(sandbox.id)
@@ -510,19 +508,20 @@ class Sandboxes:
 
     @contextlib.contextmanager
     def _placed(self, placement: Placement) -> Iterator[tuple[Sandbox, bool]]:
-        admits = placement.access.admits
+        """The sandbox a placement names, open, and whether it was made for this call."""
         with contextlib.ExitStack() as stack:
-            if placement.named is not None:
-                yield self._named(stack, placement)
-                return
-            for session_id in dict.fromkeys(placement.candidates):
-                with contextlib.suppress(SessionNotFound):
-                    yield stack.enter_context(self.open(session_id, admits)), False
-                    return
-            if not placement.new:
-                raise SessionNotFound()
-            owner, shared, read_only = placement.access.owner, placement.shared, placement.read_only
-            yield stack.enter_context(self.create(owner, shared, read_only)), True
+            yield self._enter(stack, placement)
+
+    def _enter(self, stack: contextlib.ExitStack, placement: Placement) -> tuple[Sandbox, bool]:
+        if placement.named is not None:
+            return self._named(stack, placement)
+        for session_id in dict.fromkeys(placement.candidates):
+            with contextlib.suppress(SessionNotFound):
+                return stack.enter_context(self.open(session_id, placement.access.admits)), False
+        if not placement.new:
+            raise SessionNotFound()
+        owner, shared, read_only = placement.access.owner, placement.shared, placement.read_only
+        return stack.enter_context(self.create(owner, shared, read_only)), True
 
     def _named(self, stack: contextlib.ExitStack, placement: Placement) -> tuple[Sandbox, bool]:
         assert placement.named is not None
@@ -548,7 +547,7 @@ class Sandboxes:
                 with contextlib.ExitStack() as stack:
                     own = origin_id == sandbox.id
                     origin = sandbox if own else stack.enter_context(self.open(origin_id, reader.admits))
-                    placed |= {i: place_one(origin, sandbox, inputs[i]) for i in indexes}
+                    placed |= {i: _place_one(origin, sandbox, inputs[i]) for i in indexes}
             except SessionNotFound:
                 placed |= {i: Placed(None) for i in indexes}
         return [placed[i] for i in range(len(inputs))]
@@ -560,14 +559,14 @@ class Sandboxes:
         if keep is None:
             return now
         baseline = sandbox.read_record(_baseline(keep.key))
-        check_replaces(sandbox.read_record(keep.key), keep)
+        _check_replaces(sandbox.read_record(keep.key), keep)
         if baseline is None:
-            sandbox.write_record(_baseline(keep.key), listing_json(now))
+            sandbox.write_record(_baseline(keep.key), _listing_json(now))
         sandbox.write_record(keep.key, keep.record)
-        return now if baseline is None else listing_of(baseline)
+        return now if baseline is None else _listing_of(baseline)
 
 
-def place_one(origin: Sandbox, sandbox: Sandbox, wanted: Input) -> Placed:
+def _place_one(origin: Sandbox, sandbox: Sandbox, wanted: Input) -> Placed:
     """One input, from its session (`origin`, maybe the run's own) into the run's."""
     try:
         reader, info = _open_first(origin, wanted.paths(origin.id))
@@ -608,7 +607,7 @@ def _resolve(sandbox: Sandbox, file_id: str) -> FileInfo:
     raise FileNotFound()
 
 
-def check_replaces(current: bytes | None, keep: Keep) -> None:
+def _check_replaces(current: bytes | None, keep: Keep) -> None:
     """A round runs only on the record its token was issued for."""
     if (current is None) != (keep.replaces is None) or (
         current is not None and record_digest(current) != keep.replaces
@@ -620,10 +619,10 @@ def _baseline(key: str) -> str:
     return f"{key}.before"
 
 
-def listing_json(listing: Iterable[FileInfo]) -> bytes:
+def _listing_json(listing: Iterable[FileInfo]) -> bytes:
     return json.dumps([asdict(f) for f in listing]).encode()
 
 
-def listing_of(data: bytes) -> list[FileInfo]:
+def _listing_of(data: bytes) -> list[FileInfo]:
     return [FileInfo(str(f["path"]), int(f["size"]), int(f["mtime_ns"])) for f in json.loads(data)]
 
