@@ -529,7 +529,8 @@ class Sandboxes:
             with contextlib.suppress(SessionNotFound):
                 return stack.enter_context(self.open(placement.named, placement.access.admits)), False
             with contextlib.suppress(Conflict):
-                return stack.enter_context(self.create(placement.access.owner, session_id=placement.named)), True
+                owner, shared, read_only = placement.access.owner, placement.shared, placement.read_only
+                return stack.enter_context(self.create(owner, shared, read_only, session_id=placement.named)), True
         raise Conflict("the conversation's session is busy being made; try again")
 
     def _place_inputs(self, sandbox: Sandbox, run: Run, carried: Iterable[Carried]) -> list[Placed]:
