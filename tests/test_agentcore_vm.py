@@ -49,6 +49,7 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "link").symlink_to("/etc/passwd")
     (tmp_path / "sub" / "dirlink").symlink_to("/etc")
     os.mkfifo(tmp_path / "fifo")
+    (tmp_path / os.fsdecode(b"not-utf8-\xff.txt")).write_text("a name no reply can carry")
     return tmp_path
 
 

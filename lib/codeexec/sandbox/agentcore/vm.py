@@ -38,6 +38,7 @@ TOUCHED = OWN + "/touched"
 STATE = OWN + "/state"
 # Top-level entries that are the environment's or ours, never a client's file.
 HIDDEN_TOP = ("log",)
+MAX_PATH_CHARS = 1024  # codeexec.ids.MAX_PATH_CHARS
 
 
 def main() -> None:
@@ -81,7 +82,7 @@ def listing() -> dict[str, list[int]]:
             dirs[:] = [d for d in dirs if not d.startswith(".") and d not in HIDDEN_TOP]
         for name in files:
             path = rel + "/" + name if rel else name
-            if not rel and name.startswith("."):
+            if (not rel and name.startswith(".")) or not addressable(path):
                 continue
             try:
                 st = os.lstat(path)
@@ -90,6 +91,15 @@ def listing() -> dict[str, list[int]]:
             if stat.S_ISREG(st.st_mode):
                 found[path] = [st.st_size, st.st_mtime_ns]
     return found
+
+
+def addressable(path: str) -> bool:
+    """A name a reply can carry: UTF-8 (JSON takes nothing else), and not too long."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return len(path) <= MAX_PATH_CHARS
 
 
 def regular(path: str) -> list[int] | None:
