@@ -291,3 +291,14 @@ def test_python_m_codeexec_runner_serves_and_reaps_on_its_own_timer(sandbox_root
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_the_runner_imports_neither_the_api_nor_the_embedded_server() -> None:
+    """What a MicroVM starts: the port over HTTP, without FastAPI's import time."""
+    probe = (
+        "import sys, codeexec.runner.__main__\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'fastapi' or m.startswith(('codeexec.api', "
+        "'codeexec.server', 'codeexec.sessions', 'codeexec.programmatic'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
