@@ -186,3 +186,21 @@ def test_vm_ids_map_to_session_ids_and_back() -> None:
     for bad in ("", "has_underscore", "a" * 22, "ends_in_underscore__x" + "_", "slash/id"):
         with pytest.raises(vm_ids.Unmappable):
             vm_ids.session_of(bad)
+
+
+def test_a_run_its_first_candidate_refuses_lands_in_the_next_with_every_input(
+    client: TestClient, fake: FakeMicrovms
+) -> None:
+    """G1 LibreChat names an agent's file (a shared session, where no run lands) beside the
+    user's own: the shared VM refuses the run (while the user's file streams to it), the
+    user's own VM takes it, and the agent's file is read from its VM once."""
+    agent = client.post("/v1/upload", data={"entity_id": "agent-1"}, files={"file": ("agent.txt", b"A" * 200_000)})
+    mine = upload(client, "mine.txt", b"m")
+    refs = [
+        {"id": agent.json()["files"][0]["fileId"], "name": "agent.txt", "session_id": agent.json()["session_id"]},
+        {"id": mine["files"][0]["fileId"], "name": "mine.txt", "session_id": mine["session_id"]},
+    ]
+    launched = len(fake.launches)
+    body = run(client, "print(len(open('agent.txt').read()), open('mine.txt').read())", files=refs)
+    assert (body["session_id"], body["stdout"], body["stderr"]) == (mine["session_id"], "200000 m\n", "")
+    assert len(fake.launches) == launched  # no new VM: the user's own took it

@@ -253,8 +253,20 @@ def _chunks(reader: BinaryIO) -> Iterator[bytes]:
 
 async def _with_body(request: Request, work: Callable[[BinaryIO], T]) -> T:
     """`work` on the request's body, in a worker thread that pulls it from the event loop
-    chunk by chunk as it writes: never held whole."""
-    return await run_in_threadpool(work, _StreamedBody(request.stream()))  # type: ignore[arg-type]
+    chunk by chunk as it writes: never held whole. Work refused before the body's end
+    (a session that does not admit the caller) reads the rest first: a caller still
+    sending would otherwise find its connection closed, and not hear why."""
+    body = _StreamedBody(request.stream())
+
+    def done() -> T:
+        try:
+            return work(body)  # type: ignore[arg-type]
+        except BaseException:
+            while body.read():
+                pass
+            raise
+
+    return await run_in_threadpool(done)
 
 
 class _StreamedBody:
