@@ -27,7 +27,7 @@ def _utf8(value: str) -> str:
 Text = Annotated[str, AfterValidator(_utf8)]
 
 # G2's resource kinds. An upload of kind `agent` or `skill` is shared by every user of the
-# organization (sessions/placement.py); on a file ref the kind is echoed back for the client's books.
+# organization (the upload route); on a file ref the kind is echoed back for the client's books.
 Kind = Literal["skill", "agent", "user"]
 
 
