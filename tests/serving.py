@@ -13,7 +13,7 @@ import uvicorn
 
 from codeexec.runner.app import Runner, create_runner_app
 from codeexec.runner.build import build_runner
-from codeexec.server import KEEP_ALIVE_SECONDS
+from codeexec.serving import KEEP_ALIVE_SECONDS
 from codeexec.settings import Settings
 
 RUNNER_KEY = "runner-key-0123456789"
@@ -54,7 +54,7 @@ def running_runner(settings: Settings, host: str = "127.0.0.1") -> Iterator[tupl
     from pydantic import SecretStr
 
     runner = build_runner(settings.model_copy(update={"runner_key": SecretStr(RUNNER_KEY)}))
-    with serving(create_runner_app(runner, sweep_seconds=0.2), host) as url:
+    with serving(create_runner_app(runner), host) as url:
         yield url, runner
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import logging
 import random
 import re
+import shlex
 import string
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,11 +23,11 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from codeexec.api.app import create_app
-from codeexec.errors import BackendUnavailable, FileNotFound, SessionNotFound
+from codeexec.errors import BackendUnavailable, BadRequest, FileNotFound, SessionNotFound, TooLarge
 from codeexec.reaper import is_due
 from codeexec.sandbox.agentcore import AgentCoreConfig, AgentCoreSandboxes, sandboxes
 from codeexec.sandbox.agentcore.session_ids import from_wire, to_wire
-from codeexec.sandbox.port import Limit, LimitHit, Owner, Program
+from codeexec.sandbox.port import Access, FileInfo, Intent, Limit, LimitHit, Owner, Placement, Program, Run
 from codeexec.settings import Settings
 
 from .conftest import API_KEY
@@ -107,35 +109,87 @@ def ran(stdout: str = "", stderr: str = "", exit_code: int = 0) -> dict[str, Any
     return {"structuredContent": {"stdout": stdout, "stderr": stderr, "exitCode": exit_code}, "isError": exit_code != 0}
 
 
-TOUCHED = "mkdir -p .codeexec && touch .codeexec/touched; "
+def vm_answer(answer: dict[str, Any], before: str = "bash: no job control\r\n") -> dict[str, Any]:
+    """What executeCommand answers for a vm.py step: output, then the answer after the mark,
+    broken into CRLF lines as a terminal does."""
+    encoded = base64.b64encode(json.dumps(answer).encode()).decode()
+    return ran(f"{before}{sandboxes._VM_MARK}{encoded[:9]}\r\n{encoded[9:]}")
+
+
+class Step:
+    """The command of a vm.py step, as the stubber expects it; its arguments read back."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.args: dict[str, Any] = {}
+
+    def __eq__(self, command: object) -> bool:
+        assert isinstance(command, str)
+        head, _, rest = command.rpartition("\nCODEEXEC_ARGS")
+        script, _, arguments = head.rpartition("\n")
+        if rest or not script == f"python3 -c {shlex.quote(sandboxes._VM)} {self.name} <<'CODEEXEC_ARGS'":
+            return False
+        self.args = json.loads(arguments)
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Captured:
+    """Any value, kept for the test to look at."""
+
+    value: Any = None
+
+    def __eq__(self, other: object) -> bool:
+        self.value = other
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def expect_step(stub: Stubber, name: str, answer: dict[str, Any]) -> Step:
+    step = Step(name)
+    expect_invoke(stub, "executeCommand", {"command": step}, vm_answer(answer))
+    return step
+
+
+CHANGE = Access(ACME_OWNER.tag(), Intent.CHANGE)
+READ = Access(ACME_OWNER.tag(), Intent.READ)
+NOTHING_CHANGED = {"changes": {"created": [], "modified": [], "deleted": []}, "placed": {}}
 
 
 @pytest.fixture
 def token(monkeypatch: pytest.MonkeyPatch) -> str:
-    """The run token (the watchdog's pid file), made predictable."""
+    """The run's token, made predictable."""
     monkeypatch.setattr(sandboxes.secrets, "token_hex", lambda n: "feedface")
-    return ".codeexec/run-feedface"
+    return "feedface"
 
 
-def expect_watchdog(stub: Stubber, pid_file: str, seconds: str) -> None:
-    pid = f"$(cat {pid_file} 2>/dev/null)"
-    command = f'{TOUCHED}sleep {seconds}; p={pid} && rm -f {pid_file} && kill -KILL "$p"'
-    expect_invoke(stub, "startCommandExecution", {"command": command}, {"structuredContent": {"taskId": "t1"}})
-
-
-def test_create_names_the_org_and_caps_the_lease_at_eight_hours(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+def test_an_upload_into_a_new_session_names_its_owner_and_caps_the_lease_at_eight_hours(
+    backend: AgentCoreSandboxes, stub: Stubber
+) -> None:
     stub.add_response(
         "start_code_interpreter_session",
         {"codeInterpreterIdentifier": CI, "sessionId": SID, "createdAt": CREATED},
         {"codeInterpreterIdentifier": CI, "name": ACME, "sessionTimeoutSeconds": 28800},
     )
-    # Its first command touches it and links /mnt/data; the write then carries no touch.
-    expect_invoke(stub, "executeCommand", {"command": sandboxes._SETUP}, ran())
-    expect_invoke(stub, "writeFiles", {"content": [{"path": "a.bin", "blob": b"\x00\xff"}]})
-    with backend.create(ACME_OWNER.tag()) as sandbox:
-        assert sandbox.id == WIRE  # AgentCore's id, spelled for the wire
-        assert sandbox.lease.owner == ACME_OWNER.tag()
-        sandbox.write_file("a.bin", io.BytesIO(b"\x00\xff"), limit=10)
+    staged = Captured()
+    expect_invoke(stub, "writeFiles", {"content": staged})
+    commit = expect_step(stub, "commit", {"ok": True})
+    assert backend.write_files(Placement(CHANGE), [("a.bin", io.BytesIO(b"\x00\xff"))], 10) == WIRE
+    [(name, path)] = commit.args["staged"]
+    # Staged under .codeexec/ first, then moved in all together: the set-up rides with it.
+    assert staged.value == [{"path": name, "blob": b"\x00\xff"}] and name.startswith(".codeexec/")
+    assert (path, commit.args["fresh"], commit.args["session"]) == ("a.bin", True, WIRE)
+
+
+def test_an_upload_over_its_limit_or_reserved_never_reaches_a_session(
+    backend: AgentCoreSandboxes, stub: Stubber
+) -> None:
+    with pytest.raises(TooLarge):
+        backend.write_files(Placement(CHANGE), [("a.bin", io.BytesIO(b"x" * 11))], 10)
+    with pytest.raises(BadRequest, match="reserved"):
+        backend.write_files(Placement(CHANGE), [("log/a.txt", io.BytesIO(b"x"))], 10)
 
 
 def test_open_refuses_other_owners_ended_and_unknown_sessions(backend: AgentCoreSandboxes, stub: Stubber) -> None:
@@ -146,11 +200,11 @@ def test_open_refuses_other_owners_ended_and_unknown_sessions(backend: AgentCore
     expect_get(stub, name="codeexec-28800-mfrw2zi")  # an older release's name
     stub.add_client_error("get_code_interpreter_session", "ResourceNotFoundException", http_status_code=404)
     for _ in range(5):
-        with pytest.raises(SessionNotFound), backend.open(WIRE, acme):
-            pass
+        with pytest.raises(SessionNotFound):
+            backend.list_files(WIRE, READ)
     for malformed in (SID, "has-dashes_and_is_not_a_wire_id", "Uakgb_J5m9g-0JDMbcJq"):
-        with pytest.raises(SessionNotFound), backend.open(malformed, acme):
-            pass  # refused before any call: the stubber holds no reply for it
+        with pytest.raises(SessionNotFound):
+            backend.list_files(malformed, READ)  # refused before any call: the stubber holds no reply for it
 
 
 def test_a_session_whose_id_is_not_a_ulid_is_stopped_and_refused(backend: AgentCoreSandboxes, stub: Stubber) -> None:
@@ -163,104 +217,109 @@ def test_a_session_whose_id_is_not_a_ulid_is_stopped_and_refused(backend: AgentC
         {"codeInterpreterIdentifier": CI, "sessionId": odd, "lastUpdatedAt": CREATED},
         {"codeInterpreterIdentifier": CI, "sessionId": odd},
     )
-    with pytest.raises(BackendUnavailable, match="not a ULID"), backend.create(ACME_OWNER.tag()):
-        pass
+    with pytest.raises(BackendUnavailable, match="not a ULID"):
+        backend.write_files(Placement(CHANGE), [("a.txt", io.BytesIO(b"x"))], 10)
 
 
-def test_a_read_stats_the_file_with_its_touch_then_reads_it(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+def test_a_read_finds_the_file_in_one_step_then_reads_it(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
     blob = bytes(range(256))
-    stat = TOUCHED + "test -f ./a.bin && ! test -L ./a.bin && stat -c '%s %.9Y' ./a.bin 2>/dev/null"
-    expect_invoke(stub, "executeCommand", {"command": stat}, ran("256 1767322800.250000000\n"))
+    stat = expect_step(stub, "stat", {"file": ["a.bin", 256, 1_767_322_800_250_000_000]})
     expect_invoke(
         stub,
         "readFiles",
         {"paths": ["a.bin"]},
         {"content": [{"type": "resource", "resource": {"type": "blob", "uri": "file:///w/a.bin", "blob": blob}}]},
     )
-    with backend.open(WIRE, acme) as sandbox:
-        reader, info = sandbox.open_file("a.bin")
-    assert reader.read() == blob
-    assert (info.size, info.mtime_ns) == (256, 1_767_322_800_250_000_000)  # the real time, never a made-up one
+    opened = backend.read_file(WIRE, READ, "a.bin")
+    assert opened.reader is not None and opened.reader.read() == blob
+    assert (opened.info.size, opened.info.mtime_ns) == (256, 1_767_322_800_250_000_000)  # the real time
+    assert stat.args == {"file_id": "a.bin", "session": WIRE}
 
 
-def test_missing_and_hidden_files_are_not_found(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+def test_a_file_the_vm_does_not_find_is_not_found(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
-    expect_invoke(stub, "executeCommand", {"command": ANY}, ran(exit_code=1))
-    with backend.open(WIRE, acme) as sandbox:
-        with pytest.raises(FileNotFound):
-            sandbox.open_file("gone.csv")
-        for reserved in (".codeexec/touched", "log/interpreter.log"):
-            with pytest.raises(FileNotFound):
-                sandbox.open_file(reserved)
+    expect_step(stub, "stat", {"missing": True})
+    with pytest.raises(FileNotFound):
+        backend.read_file(WIRE, READ, "gone.csv")
 
 
-def test_listing_is_one_command_carrying_the_touch(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+def test_listing_is_one_step(backend: AgentCoreSandboxes, stub: Stubber) -> None:
     expect_get(stub)
-    listing = b"5 1767322800.5000000000 data.csv\x0012 1767322801.0000000000 plots/a b.png\x00"
-    # base64, because the terminal answers in CRLF lines (and may break long ones)
-    encoded = base64.b64encode(listing).decode()
-    answer = ran(f"{encoded[:9]}\r\n{encoded[9:]}")
-    expect_invoke(stub, "executeCommand", {"command": TOUCHED + sandboxes._LIST}, answer)
-    with backend.open(WIRE, acme) as sandbox:
-        found = sandbox.list_files()
-    assert [(f.path, f.size, f.mtime_ns) for f in found] == [
-        ("data.csv", 5, 1_767_322_800_500_000_000),
-        ("plots/a b.png", 12, 1_767_322_801_000_000_000),
-    ]
+    files = [["data.csv", 5, 1_767_322_800_500_000_000], ["plots/a b.png", 12, 1_767_322_801_000_000_000]]
+    expect_step(stub, "list", {"files": files})
+    found = backend.list_files(WIRE, READ)
+    assert [(f.path, f.size, f.mtime_ns) for f in found] == [tuple(f) for f in files]
 
 
-def test_python_runs_natively_under_a_watchdog_with_its_args(
+def run_of(program: Program, session: str = WIRE) -> Run:
+    return Run(program, Placement(Access(ACME_OWNER.tag(), Intent.LAND), (session,), new=False))
+
+
+def boot_of(code: str) -> str:
+    """The step a native run's first line runs, decoded."""
+    first = code.split("\n", 1)[0]
+    encoded = re.search(r"[A-Za-z0-9+/=]{40,}", first)
+    assert encoded is not None
+    return base64.b64decode(encoded[0]).decode()
+
+
+def test_python_runs_natively_its_first_line_the_step_before(
     backend: AgentCoreSandboxes, stub: Stubber, token: str
 ) -> None:
     expect_get(stub)
-    expect_watchdog(stub, token, "30")
-    # Its first line writes its pid where the watchdog looks, then sets the arguments.
-    first = f'__import__("builtins").open("{token}", "w").write(str(__import__("os").getpid())); '
-    code = first + '__import__("sys").argv[1:] = ["--n", "it\'s"]\nprint(1)'
+    code = Captured()
     expect_invoke(stub, "executeCode", {"language": "python", "code": code, "clearContext": True}, ran("1\n"))
-    # The next command removes the pid file: the watchdog then finds nothing to kill.
-    expect_invoke(stub, "executeCommand", {"command": f"rm -f {token}; " + sandboxes._LIST}, ran(""))
-    with backend.open(WIRE, acme) as sandbox:
-        result = sandbox.run(Program("py", "print(1)", ("--n", "it's"), 30))
-        assert sandbox.list_files() == []
-    assert (result.stdout, result.exit_code, result.hits) == ("1\n", 0, ())
+    post = expect_step(stub, "post", NOTHING_CHANGED | {"changes": {"created": [["out.txt", 2, 7]], "modified": [],
+                                                                   "deleted": ["old.txt"]}})
+    ran_ = backend.execute(run_of(Program("py", "print(1)", ("--n", "it's"), 30)))
+    assert (ran_.result.stdout, ran_.result.exit_code, ran_.result.hits) == ("1\n", 0, ())
+    assert (ran_.changes.created, ran_.changes.deleted) == ((FileInfo("out.txt", 2, 7),), ("old.txt",))
+    # One line before the program, so a traceback's line numbers move by one only.
+    assert code.value.split("\n", 1)[1] == "print(1)"
+    boot = boot_of(code.value)
+    assert "'pre'" in boot and '["--n", "it\'s"]' in boot and "feedface" in boot
+    assert post.args == {"token": token, "pid_file": f".codeexec/run-{token}.pid", "session": WIRE}
 
 
-def test_bash_runs_in_mnt_data_under_a_time_limit_and_answers_apart(backend: AgentCoreSandboxes, stub: Stubber) -> None:
-    expect_get(stub)
-    command = (
-        "cd /mnt/data 2>/dev/null; mkdir -p .codeexec/run; "
-        "timeout -k 1 7 bash -c 'echo \"$1\"' main.sh 'a b' </dev/null >.codeexec/run/out 2>.codeexec/run/err; rc=$?; "
-        "printf 'CODEEXEC-RUN:%s:' $rc; head -c 65 .codeexec/run/out | base64 -w0; printf :; "
-        "head -c 65 .codeexec/run/err | base64 -w0; rm -f .codeexec/run/out .codeexec/run/err"
-    )
-    # What a terminal answers: something before the marker, the rest broken into CRLF lines.
-    out, err = base64.b64encode(b"a b\n").decode(), base64.b64encode(b"warned\r\n").decode()
-    answer = f"bash: no job control\r\nCODEEXEC-RUN:0:{out[:3]}\r\n{out[3:]}:{err}"
-    expect_invoke(stub, "executeCommand", {"command": TOUCHED + command}, ran(answer))
-    expect_invoke(stub, "executeCommand", {"command": command}, ran("CODEEXEC-RUN:124::"))
-    with backend.open(WIRE, acme) as sandbox:
-        result = sandbox.run(Program("bash", 'echo "$1"', ("a b",), 7))
-        assert (result.stdout, result.stderr, result.exit_code, result.hits) == ("a b\n", "warned\r\n", 0, ())
-        result = sandbox.run(Program("bash", 'echo "$1"', ("a b",), 7))
-    assert result.exit_code is None
-    assert result.hits == (LimitHit(Limit.TIME, 7),)
-
-
-def test_javascript_runs_on_node_and_its_output_is_capped(
+def test_a_run_the_session_is_too_busy_for_is_a_503_to_retry(
     backend: AgentCoreSandboxes, stub: Stubber, token: str
 ) -> None:
     expect_get(stub)
-    expect_watchdog(stub, token, "30")
-    first = '(process.getBuiltinModule ? process.getBuiltinModule("fs") : require("fs"))'
-    first += f'.writeFileSync("{token}", String(process.pid)); '
-    arguments = {"language": "javascript", "code": first + "\nx", "clearContext": True, "runtime": "nodejs"}
+    expect_invoke(stub, "executeCode", {"language": "python", "code": ANY, "clearContext": True}, ran(exit_code=1))
+    expect_step(stub, "post", {"refused": "busy"})
+    with pytest.raises(BackendUnavailable, match="busy") as raised:
+        backend.execute(run_of(Program("py", "print(1)")))
+    assert raised.value.retry_after == 2
+
+
+def test_bash_runs_whole_in_one_step_and_answers_apart(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    expect_get(stub)
+    out, err = base64.b64encode(b"a b\n").decode(), base64.b64encode(b"warned\r\n").decode()
+    result = {"stdout": out, "stderr": err, "exit_code": 0}
+    step = expect_step(stub, "run", NOTHING_CHANGED | {"result": result})
+    expect_get(stub)
+    expect_step(stub, "run", NOTHING_CHANGED | {"result": {"stdout": "", "stderr": "", "exit_code": None}})
+    ran_ = backend.execute(run_of(Program("bash", 'echo "$1"', ("a b",), 7)))
+    assert (ran_.result.stdout, ran_.result.stderr, ran_.result.exit_code, ran_.result.hits) == (
+        "a b\n", "warned\r\n", 0, ()
+    )
+    assert (step.args["code"], step.args["args"], step.args["timeout"], step.args["max_output"]) == (
+        'echo "$1"', ["a b"], 7, 64
+    )
+    ran_ = backend.execute(run_of(Program("bash", "sleep 9", (), 7)))
+    assert ran_.result.exit_code is None
+    assert ran_.result.hits == (LimitHit(Limit.TIME, 7),)
+
+
+def test_javascript_runs_on_node_and_its_output_is_capped(backend: AgentCoreSandboxes, stub: Stubber) -> None:
+    expect_get(stub)
+    arguments = {"language": "javascript", "code": ANY, "clearContext": True, "runtime": "nodejs"}
     expect_invoke(stub, "executeCode", arguments, ran("y" * 100))
-    with backend.open(WIRE, acme) as sandbox:
-        result = sandbox.run(Program("js", "x", (), 30))
-    assert result.stdout == "y" * 64
-    assert result.hits == (LimitHit(Limit.OUTPUT, 64, stopped=False, stream="stdout"),)
+    expect_step(stub, "post", NOTHING_CHANGED)
+    ran_ = backend.execute(run_of(Program("js", "x", (), 30)))
+    assert ran_.result.stdout == "y" * 64
+    assert ran_.result.hits == (LimitHit(Limit.OUTPUT, 64, stopped=False, stream="stdout"),)
 
 
 @pytest.mark.parametrize(
@@ -271,9 +330,8 @@ def test_aws_errors_become_unavailable_with_a_hint_and_are_logged_without_payloa
     backend: AgentCoreSandboxes, stub: Stubber, caplog: pytest.LogCaptureFixture, code: str, retry_after: int | None
 ) -> None:
     stub.add_client_error("start_code_interpreter_session", code, "secret-looking message", http_status_code=429)
-    owner = ACME_OWNER.tag()
-    with pytest.raises(BackendUnavailable) as raised, caplog.at_level(logging.WARNING), backend.create(owner):
-        pass
+    with pytest.raises(BackendUnavailable) as raised, caplog.at_level(logging.WARNING):
+        backend.execute(Run(Program("py", "1"), Placement(Access(ACME_OWNER.tag(), Intent.LAND))))
     assert raised.value.retry_after == retry_after
     assert code in caplog.text
     assert "secret-looking" not in caplog.text
@@ -286,8 +344,8 @@ def test_an_error_event_inside_the_stream_is_an_error_of_the_call(backend: Agent
         {"sessionId": SID, "stream": {"throttlingException": {"message": "slow down"}}},
         {"codeInterpreterIdentifier": CI, "sessionId": SID, "name": "executeCommand", "arguments": {"command": ANY}},
     )
-    with pytest.raises(BackendUnavailable) as raised, backend.open(WIRE, acme) as sandbox:
-        sandbox.list_files()
+    with pytest.raises(BackendUnavailable) as raised:
+        backend.list_files(WIRE, READ)
     assert raised.value.retry_after == 2
 
 
@@ -397,18 +455,21 @@ def test_a_vanished_session_is_a_404(fake_client: TestClient, agentcore_fake: Ru
 
 
 def test_round_trips_per_call(fake_client: TestClient, agentcore_fake: RunningFake) -> None:
+    """What each call costs, in order (tests/test_round_trips.py counts every route)."""
     calls = agentcore_fake.fake.calls
     session = upload(fake_client, "a.txt", b"x")
-    # Its first command touches it and links /mnt/data.
-    assert calls == ["PUT sessions/start", "invoke executeCommand", "invoke writeFiles"]
+    # The bytes staged, then moved in under the hold by one step, which also links /mnt/data.
+    assert calls == ["PUT sessions/start", "invoke writeFiles", "invoke executeCommand"]
     calls.clear()
     assert fake_client.get(f"/v1/download/{session}/a.txt").content == b"x"
-    assert calls == ["GET sessions/get", "invoke executeCommand", "invoke readFiles"]  # the stat carries it
+    assert calls == ["GET sessions/get", "invoke executeCommand", "invoke readFiles"]
     calls.clear()
     fake_client.post("/v1/exec", json={"lang": "py", "code": "print(1)", "session_id": session})
-    hold, listing, release = ["invoke executeCommand"] * 3
-    watchdog = "invoke startCommandExecution"
-    assert calls == ["GET sessions/get", hold, listing, watchdog, "invoke executeCode", listing, release]
+    # The step before the run rides in its first line; the step after it lists and lets go.
+    assert calls == ["GET sessions/get", "invoke executeCode", "invoke executeCommand"]
+    calls.clear()
+    fake_client.post("/v1/exec", json={"lang": "bash", "code": "echo 1", "session_id": session})
+    assert calls == ["GET sessions/get", "invoke executeCommand"]
 
 
 def test_a_language_agentcore_lacks_is_a_clear_400(fake_client: TestClient) -> None:

@@ -219,3 +219,15 @@ def test_a_run_past_its_time_limit_is_stopped_not_abandoned(backend_settings: Se
     counted = ticks()
     time.sleep(1)
     assert ticks() == counted > 0  # nothing writes any more
+
+
+def test_a_run_whose_stdout_was_cut_says_ol(backend_settings: Settings) -> None:
+    """LibreChat's own file tools read images over /exec in windows and read `status: "OL"`
+    as "the window overflowed": without it, a cut window is base64 that does not parse."""
+    app = create_app(backend_settings.model_copy(update={"max_output_bytes": 1000}))
+    client = TestClient(app, headers={"X-API-Key": API_KEY})
+    cut = run(client, "print('x' * 5000)")
+    assert (cut["status"], len(cut["stdout"])) == ("OL", 1000)
+    assert "stdout exceeded 1000 bytes" in cut["stderr"]
+    whole = run(client, "import sys; print('y' * 900); sys.stderr.write('z' * 5000)")
+    assert "status" not in whole and whole["stdout"] == "y" * 900 + "\n"  # a cut stderr is no overflow of stdout

@@ -29,7 +29,7 @@ from codeexec.reaper import reap
 from codeexec.runner.hooks import HOOKS
 from codeexec.sandbox.microvm import vm_ids
 from codeexec.sandbox.microvm.sandboxes import https
-from codeexec.sandbox.runner import RunnerSessions
+from codeexec.sandbox.runner import RunnerPort
 from codeexec.settings import Settings
 
 from .calls import file_id, names, run, upload
@@ -287,7 +287,25 @@ def test_a_vm_whose_session_cannot_be_made_is_ended(
     def refused(*args: object, **kwargs: object) -> None:
         raise BackendUnavailable("the runner refused the session", retry_after=1)
 
-    monkeypatch.setattr(RunnerSessions, "create", refused)
+    monkeypatch.setattr(RunnerPort, "execute", refused)
     answer = client.post("/v1/exec", json={"lang": "py", "code": "print(1)"})
     assert answer.status_code == 503
     assert len(fake.launches) == 1 and fake.running() == []  # ended, not left to idle to its TTL
+
+
+def test_a_run_its_first_candidate_refuses_lands_in_the_next_with_every_input(
+    client: TestClient, fake: FakeMicrovms
+) -> None:
+    """G1 LibreChat names an agent's file (a shared session, where no run lands) beside the
+    user's own: the shared VM refuses the run (while the user's file streams to it), the
+    user's own VM takes it, and the agent's file is read from its VM once."""
+    agent = client.post("/v1/upload", data={"entity_id": "agent-1"}, files={"file": ("agent.txt", b"A" * 200_000)})
+    mine = upload(client, "mine.txt", b"m")
+    refs = [
+        {"id": agent.json()["files"][0]["fileId"], "name": "agent.txt", "session_id": agent.json()["session_id"]},
+        {"id": mine["files"][0]["fileId"], "name": "mine.txt", "session_id": mine["session_id"]},
+    ]
+    launched = len(fake.launches)
+    body = run(client, "print(len(open('agent.txt').read()), open('mine.txt').read())", files=refs)
+    assert (body["session_id"], body["stdout"], body["stderr"]) == (mine["session_id"], "200000 m\n", "")
+    assert len(fake.launches) == launched  # no new VM: the user's own took it

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
-from codeexec.outputs import is_output
+from codeexec.sessions.outputs import is_output
 from codeexec.settings import Settings
 
 from .calls import file_id, names, run, upload

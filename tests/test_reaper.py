@@ -16,12 +16,11 @@ from fastapi.testclient import TestClient
 
 from codeexec.auth import Caller
 from codeexec.errors import SessionNotFound
-from codeexec.programmatic import Tokens
 from codeexec.reaper import reap
 from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.local import LocalSandboxes
 from codeexec.sandbox.port import Owner
-from codeexec.server import start_reaper
+from codeexec.serving import start_reaper
 from codeexec.sessions import SessionLimits, Sessions
 from codeexec.settings import Settings
 from codeexec.wire import ExecRequest
@@ -42,7 +41,7 @@ def sandboxes(settings: Settings) -> LocalSandboxes:
 
 def sessions_over(sandboxes: LocalSandboxes) -> Sessions:
     limits = SessionLimits(run_timeout_seconds=20, max_files_per_run=100, max_upload_bytes=1 << 20)
-    return Sessions(sandboxes, limits, Tokens(lambda: None))
+    return Sessions(sandboxes, limits)
 
 
 def new_session(sandboxes: LocalSandboxes, owner: Owner = DEFAULT) -> str:
@@ -120,7 +119,7 @@ def test_a_real_run_holds_its_session(sandboxes: LocalSandboxes, settings: Setti
         reply = pool.submit(sessions_over(sandboxes).execute, Caller("default", None), request)
         time.sleep(0.5)
         report = reap(sandboxes, idle_timeout=0, clock=lambda: time.time() + 100 * HOUR)
-        assert reply.result().files[0].name == "done.txt"
+        assert reply.result().outputs[0].path == "done.txt"
     assert report.skipped == 1
     assert report.ended == 0
 
@@ -165,7 +164,7 @@ def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> 
     def one_run(i: int) -> tuple[str, str, list[str]]:
         request = ExecRequest(lang="py", code=f"open('f{i}.txt','w').write('{i}')\nprint({i})")
         reply = sessions_over(sandboxes).execute(Caller("default", None), request)
-        return reply.session_id, reply.stdout, [f.name for f in reply.files]
+        return reply.session_id, reply.stdout, [f.path for f in reply.outputs]
 
     with ThreadPoolExecutor(8) as pool:
         runs = [pool.submit(one_run, i) for i in range(20)]

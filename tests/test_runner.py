@@ -1,5 +1,6 @@
-"""The runner (`python -m codeexec.runner`) and the `runner` backend: its key, its errors
-mapped back, bodies streamed both ways, holds across requests, its own reaper.
+"""The runner (`python -m codeexec.runner`) and the `runner` backend: its key, access
+decided at the runner, its errors mapped back, bodies streamed both ways as frames, holds
+that live inside one request, its own reaper.
 
 The API-level suites run through a runner too: `make test-runner` (CODEEXEC_TEST_BACKEND=runner)."""
 
@@ -13,6 +14,8 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -24,9 +27,9 @@ from codeexec import errors
 from codeexec.api.app import create_app
 from codeexec.reaper import reap
 from codeexec.sandbox import make_sandboxes
-from codeexec.sandbox.port import Limit, OwnerTag, Program
+from codeexec.sandbox.port import Access, Intent, Limit, OwnerTag, Placement, Program, Ran, Run
 from codeexec.sandbox.runner import RunnerSandboxes
-from codeexec.sandbox.runner.protocol import KEY_HEADER
+from codeexec.sandbox.runner.protocol import KEY_HEADER, frames, frames_of, run_json
 from codeexec.settings import Settings
 
 from .calls import run, upload
@@ -34,6 +37,7 @@ from .conftest import API_KEY
 from .serving import RUNNER_KEY, free_port, runner_settings, running_runner
 
 OWNER = OwnerTag("org", "user")
+OWNER_B = OwnerTag("org", "someone else")
 
 
 @pytest.fixture
@@ -98,93 +102,102 @@ def test_a_wrong_key_is_the_backend_failing_not_the_caller(settings: Settings, r
     assert "refused the key" in answer.json()["details"]
 
 
+def land(owner: OwnerTag = OWNER, *sessions: str) -> Placement:
+    return Placement(Access(owner, Intent.LAND), sessions, new=not sessions)
+
+
+def new_session(sandboxes: RunnerSandboxes, files: dict[str, bytes] | None = None) -> str:
+    items = [(path, io.BytesIO(data)) for path, data in (files or {"a.txt": b"a"}).items()]
+    return sandboxes.write_files(Placement(Access(OWNER, Intent.CHANGE)), items, 1 << 20)
+
+
 def test_errors_cross_as_the_librarys_own(sandboxes: RunnerSandboxes) -> None:
+    read = Access(OWNER, Intent.READ)
     with pytest.raises(errors.SessionNotFound):
-        sandboxes.open("A" * 21, lambda lease: True).__enter__()
-    with sandboxes.create(OWNER) as sandbox:
-        with pytest.raises(errors.FileNotFound):
-            sandbox.stat("missing.txt")
-        with pytest.raises(errors.FileNotFound):
-            sandbox.open_file("missing.txt")
-        with pytest.raises(errors.TooLarge):
-            sandbox.write_file("big.bin", io.BytesIO(b"x" * 101), 100)
-        assert sandbox.list_files() == []  # the refused write left nothing
-        with pytest.raises(errors.BadRequest):
-            sandbox.run(Program("cobol", "DISPLAY 'HI'."))
-        with pytest.raises(errors.Conflict):
-            sandboxes.create(OWNER, session_id=sandbox.id).__enter__()
+        sandboxes.list_files("A" * 21, read)
+    session = new_session(sandboxes)
+    with pytest.raises(errors.FileNotFound):
+        sandboxes.stat_file(session, read, "missing.txt")
+    with pytest.raises(errors.FileNotFound):
+        sandboxes.read_file(session, read, "missing.txt")
+    into = Placement(Access(OWNER, Intent.CHANGE), (session,), new=False)
+    with pytest.raises(errors.TooLarge):  # all or none: the first file is not kept either
+        sandboxes.write_files(into, [("b.txt", io.BytesIO(b"b")), ("big.bin", io.BytesIO(b"x" * 101))], 100)
+    assert [f.path for f in sandboxes.list_files(session, read)] == ["a.txt"]
+    with pytest.raises(errors.BadRequest):
+        sandboxes.execute(Run(Program("cobol", "DISPLAY 'HI'."), land(OWNER, session)))
+    named = Placement(Access(OWNER, Intent.LAND), named=session)  # a session of the same id exists: not for landing
+    with pytest.raises(errors.Conflict):
+        sandboxes.execute(Run(Program("bash", "true"), replace(named, access=Access(OWNER_B, Intent.LAND))))
 
 
 def test_a_session_the_caller_is_not_admitted_to_is_not_touched(sandboxes: RunnerSandboxes) -> None:
-    with sandboxes.create(OWNER) as sandbox:
-        session = sandbox.id
+    session = new_session(sandboxes)
     before = sandboxes.lease(session).touched_at
     time.sleep(0.05)
     with pytest.raises(errors.SessionNotFound):
-        sandboxes.open(session, lambda lease: False).__enter__()
+        sandboxes.list_files(session, Access(OWNER_B, Intent.READ))  # decided at the runner, in the one request
     assert sandboxes.lease(session).touched_at == before
-    with sandboxes.open(session, lambda lease: lease.owner == OWNER):
-        pass
+    sandboxes.list_files(session, Access(OWNER, Intent.READ))
     assert sandboxes.lease(session).touched_at > before
 
 
 def test_bodies_stream_both_ways_without_being_held_whole(sandboxes: RunnerSandboxes) -> None:
     size = 64 << 20
-    with sandboxes.create(OWNER) as sandbox:
-        tracemalloc.start()
-        try:
-            sandbox.write_file("big.bin", io.BufferedReader(Stream(size)), size)
-            reader, info = sandbox.open_file("big.bin")
-            received = 0
-            with reader:
-                while chunk := reader.read(1 << 20):
-                    received += len(chunk)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-    assert (info.size, received) == (size, size)
+    tracemalloc.start()
+    try:
+        session = sandboxes.write_files(
+            Placement(Access(OWNER, Intent.CHANGE)), [("big.bin", io.BufferedReader(Stream(size)))], size
+        )
+        opened = sandboxes.read_file(session, Access(OWNER, Intent.READ), "big.bin")
+        received = 0
+        assert opened.reader is not None
+        with opened.reader:
+            while chunk := opened.reader.read(1 << 20):
+                received += len(chunk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (opened.info.size, received) == (size, size)
     # Both ends of both directions run in this process: a whole body would be 64 MiB.
     assert peak < 16 << 20, peak
 
 
-def test_the_exclusive_hold_spans_requests_and_holds_off_another(sandboxes: RunnerSandboxes) -> None:
-    order: list[str] = []
-    with sandboxes.create(OWNER) as sandbox:
-        session = sandbox.id
+def test_two_runs_in_one_session_take_turns_and_each_reports_its_own_files(sandboxes: RunnerSandboxes) -> None:
+    session = new_session(sandboxes)
+    reports: dict[str, Ran] = {}
 
-    def second() -> None:
-        with sandboxes.open(session, lambda lease: True) as other, other.exclusive():
-            order.append("second")
+    def first() -> None:
+        reports["first"] = sandboxes.execute(Run(Program("bash", "sleep 1; echo 1 > first.txt"), land(OWNER, session)))
 
-    with sandboxes.open(session, lambda lease: True) as first, first.exclusive():
-        thread = threading.Thread(target=second)
-        thread.start()
-        first.write_file("a.txt", io.BytesIO(b"a"), 10)
-        time.sleep(0.5)
-        first.list_files()
-        order.append("first")
-    thread.join(timeout=10)
-    assert order == ["first", "second"]
+    thread = threading.Thread(target=first)
+    thread.start()
+    time.sleep(0.3)
+    second = sandboxes.execute(Run(Program("bash", "echo 2 > second.txt"), land(OWNER, session)))
+    thread.join(timeout=30)
+    assert [f.path for f in reports["first"].changes.created] == ["first.txt"]
+    assert [f.path for f in second.changes.created] == ["second.txt"]
 
 
-def test_the_reaper_keeps_away_while_a_call_has_the_session_open(sandboxes: RunnerSandboxes) -> None:
+def test_the_reaper_keeps_away_while_a_run_is_under_way(sandboxes: RunnerSandboxes) -> None:
     later = time.time() + 7200
-    with sandboxes.create(OWNER) as sandbox:
+    session = new_session(sandboxes)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(sandboxes.execute, Run(Program("bash", "sleep 1.5"), land(OWNER, session)))
+        time.sleep(0.5)
         report = reap(sandboxes, idle_timeout=600, clock=lambda: later)
         assert (report.ended, report.skipped) == (0, 1)
-        assert sandbox.list_files() == []
+        running.result()
     report = reap(sandboxes, idle_timeout=600, clock=lambda: later)
     assert (report.ended, report.skipped) == (1, 0)
     assert list(sandboxes.leases()) == []
 
 
 def test_end_if_spares_a_session_touched_since_the_reaper_looked(sandboxes: RunnerSandboxes) -> None:
-    with sandboxes.create(OWNER) as sandbox:
-        session = sandbox.id
+    session = new_session(sandboxes)
 
     def touched_meanwhile(lease: object) -> bool:
-        with sandboxes.open(session, lambda lease: True) as again:
-            again.list_files()  # a call came in between the look and the end
+        sandboxes.list_files(session, Access(OWNER, Intent.READ))  # a call came in between the look and the end
         return True
 
     assert sandboxes.end_if(session, touched_meanwhile) is False
@@ -192,29 +205,41 @@ def test_end_if_spares_a_session_touched_since_the_reaper_looked(sandboxes: Runn
     assert sandboxes.end_if(session, lambda lease: True) is False
 
 
-def test_a_hold_its_caller_abandoned_expires(settings: Settings) -> None:
-    from codeexec.runner.app import Runner
-
-    with running_runner(settings) as (url, runner):
-        assert isinstance(runner, Runner)
-        runner.holds.max_seconds = 1.0
+def test_a_caller_that_goes_away_mid_run_holds_nothing(settings: Settings) -> None:
+    """The hold lives inside the request: a caller that gives up (its function was
+    stopped) leaves the session to the next call once its run has ended."""
+    with running_runner(settings) as (url, _):
         sandboxes = make_sandboxes(runner_settings(settings, url))
-        with sandboxes.create(OWNER) as sandbox:
-            session = sandbox.id
-        held = httpx.post(f"{url}/sessions/{session}/holds", headers={KEY_HEADER: RUNNER_KEY}).json()
-        assert held["hold"]  # and its caller is never heard of again
+        session = new_session(sandboxes)
+        run = Run(Program("bash", "sleep 2", timeout=20), land(OWNER, session))
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/runs", headers={KEY_HEADER: RUNNER_KEY}, timeout=0.5,
+                       content=b"".join(frames([(run_json(run), None)])))  # fmt: skip
         started = time.monotonic()
-        with sandboxes.open(session, lambda lease: True) as again, again.exclusive():
-            waited = time.monotonic() - started
-        assert 0.5 < waited < 10
+        sandboxes.execute(Run(Program("bash", "true"), land(OWNER, session)))
+        assert time.monotonic() - started < 10
 
 
 def test_a_cancel_crosses_to_the_run(sandboxes: RunnerSandboxes) -> None:
     key = "runkey_0123456789abcd"
-    with sandboxes.create(OWNER) as sandbox:
-        threading.Timer(1.0, sandboxes.cancel, [key]).start()
-        result = sandbox.run(Program("bash", "sleep 20", timeout=20, run_key=key))
-    assert [hit.limit for hit in result.hits] == [Limit.CANCELLED]
+    session = new_session(sandboxes)
+    threading.Timer(1.0, sandboxes.cancel, [key]).start()
+    ran = sandboxes.execute(Run(Program("bash", "sleep 20", timeout=20, run_key=key), land(OWNER, session)))
+    assert [hit.limit for hit in ran.result.hits] == [Limit.CANCELLED]
+
+
+def test_frames_carry_files_of_any_size_one_after_another() -> None:
+    bodies = [b"", b"x" * 100_000, bytes(range(256)) * 3]
+    stream = b"".join(frames([({"n": n}, io.BytesIO(body)) for n, body in enumerate(bodies)]))
+    pieces = io.BytesIO(stream)
+    read_back = [(header["n"], reader.read()) for header, reader in frames_of(lambda size: pieces.read(7))]
+    assert read_back == list(enumerate(bodies))
+    # A body the reader leaves unread is skipped; a stream cut short is refused.
+    pieces = io.BytesIO(stream)
+    assert [header["n"] for header, _ in frames_of(pieces.read)] == [0, 1, 2]
+    cut = io.BytesIO(stream[:-3])
+    with pytest.raises(errors.BadRequest):
+        list(frames_of(cut.read))
 
 
 def test_a_runner_that_went_away_is_a_503_with_a_retry_hint(settings: Settings) -> None:
@@ -266,3 +291,14 @@ def test_python_m_codeexec_runner_serves_and_reaps_on_its_own_timer(sandbox_root
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_the_runner_imports_neither_the_api_nor_the_embedded_server() -> None:
+    """What a MicroVM starts: the port over HTTP, without FastAPI's import time."""
+    probe = (
+        "import sys, codeexec.runner.__main__\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'fastapi' or m.startswith(('codeexec.api', "
+        "'codeexec.server', 'codeexec.sessions', 'codeexec.programmatic'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -148,7 +148,7 @@ def test_sam_validates_and_builds_a_bundle(tmp_path: Path) -> None:
     assert (build / "ApiFunction" / "api.py").is_file()
     assert (build / "ReaperFunction" / "reaper.py").is_file()
     layer = build / "CodeExecLayer" / "python"
-    for module in ("api/app.py", "api/routers/files.py", "sessions.py", "sandbox/agentcore/sandboxes.py"):
+    for module in ("api/app.py", "api/routers/files.py", "sessions/__init__.py", "sandbox/agentcore/vm.py"):
         assert (layer / "codeexec" / module).is_file(), module
     installed = {_normalized(p.name.split("-")[0]) for p in layer.glob("*.dist-info")}
     required = {_normalized(re.split(r"[<>=!~\[; ]", line)[0]) for line in _requirements()}

@@ -35,7 +35,7 @@ class Caller:
     `user` is None for one caller only: a holder of the service key that names no user
     (LibreChat's own server fetching a download for one of its users, as G1 LibreChat
     does). It may read every session of its organization; it never lands a run in one
-    that is not its own (see sessions.py)."""
+    that is not its own (see sandbox/port.py, Access)."""
 
     org: str
     user: str | None

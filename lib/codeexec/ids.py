@@ -4,9 +4,10 @@ A session id and a file id are both 21 characters of `[A-Za-z0-9_-]`: LibreChat 
 into URLs without encoding them, and its fallback download route takes nothing else.
 
 A file id is DERIVED from where the file's bytes are (its session and its path under
-`/mnt/data`), with no table: the same file always has the same id, and finding a file
-by its id needs nothing but the session's own listing. A file's path travels beside
-its id, in `name`. A raw path is still accepted as an id, from clients that stored one.
+`/mnt/data`), with no table: the same file always has the same id. A file's path travels
+beside its id, in `name`, and a client's ref names both: the path the name gives is
+checked against the id (`paths_for`), so finding an input never lists its session. A raw
+path is still accepted as an id, from clients that stored one.
 """
 
 from __future__ import annotations
@@ -22,12 +23,9 @@ from .errors import BadRequest
 # LibreChat validates ids with exactly this pattern on some of its routes.
 _ID = re.compile(r"[A-Za-z0-9_-]{21}")
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
-# Where the service keeps what it needs inside a session (a backend's markers, a
-# programmatic run's progress): never a client's file.
+# Where a backend keeps what it needs inside a session's files (AgentCore's markers and
+# steps): never a client's file.
 RESERVED_DIR = ".codeexec"
-# In it, what the session layer keeps (a programmatic run's progress): backends store it
-# like any file, clients can never name it.
-STATE_DIR = f"{RESERVED_DIR}/state"
 # A path the filesystem, and every client, can take: LibreChat's own limit is 255 a name.
 MAX_PATH_CHARS = 1024
 
@@ -67,13 +65,38 @@ def file_path(file_id: str) -> str:
     return path.as_posix()
 
 
-def port_path(value: str) -> str:
-    """A path as the sandbox port takes it over the wire (the runner): a client's, or one
-    under STATE_DIR that the session layer keeps."""
-    prefix = f"{STATE_DIR}/"
-    if value.startswith(prefix):
-        return prefix + file_path(value.removeprefix(prefix))
-    return file_path(value)
+# How LibreChat renames the older of two inputs that share a name: `<stem>-<hex>.<ext>`.
+_RENAMED = re.compile(r"(?P<stem>.+)-[0-9a-f]{4,}(?P<ext>\.[^./]+)?")
+
+
+def paths_for(session_id: str, ref_id: str, name: str | None) -> list[str]:
+    """Where a client's ref may point in its session, in the order to try, without a
+    listing: the path its name gives (or the name it had before LibreChat renamed it),
+    each only when the id is that path's derived id; then the id as a raw path (clients
+    that stored one); then the name's path whatever the id (3.1.x clients strip the
+    extension off an id: "out" for "out.txt")."""
+    named = [path for path in map(_checked, (name, _unrenamed(name))) if path]
+    derived = [path for path in named if file_id(session_id, path) == ref_id]
+    return list(dict.fromkeys([*derived, *filter(None, [_checked(ref_id, raw=True)]), *named[:1]]))
+
+
+def _checked(value: str | None, raw: bool = False) -> str | None:
+    if not value:
+        return None
+    try:
+        return file_path(value) if raw else upload_path(value)
+    except BadRequest:
+        return None
+
+
+def _unrenamed(name: str | None) -> str | None:
+    if not name:
+        return None
+    head, _, leaf = name.replace("\\", "/").rpartition("/")
+    found = _RENAMED.fullmatch(leaf)
+    if found is None:
+        return None
+    return f"{head}/" * bool(head) + found["stem"] + (found["ext"] or "")
 
 
 def upload_path(filename: str | None) -> str:

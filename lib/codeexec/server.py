@@ -1,5 +1,5 @@
 """The embedded server: the app under uvicorn on loopback, with the `local` backend, and
-the reaper on a timer in-process (on Lambda, an EventBridge schedule runs it instead).
+the reaper on a timer in-process (codeexec.serving).
 
     python -m codeexec.server        (what `make serve` runs)
 """
@@ -9,22 +9,12 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import threading
 
-import uvicorn
 from pydantic import SecretStr
 
+from . import serving
 from .api.app import create_app
-from .reaper import reap
-from .sandbox.port import Sandboxes
 from .settings import Settings
-
-log = logging.getLogger("codeexec.server")
-
-# An idle connection is kept longer than clients keep theirs (Node's agent and httpx, 5 s):
-# when both close at the same moment, the client sends its next request on a socket the
-# server is closing, and the call fails without reaching the service.
-KEEP_ALIVE_SECONDS = 75
 
 
 def main() -> None:
@@ -38,24 +28,9 @@ def main() -> None:
     host = os.environ.get("HOST", "127.0.0.1")
     port = int(os.environ.get("PORT", "8000"))
     app = create_app(settings)
-    start_reaper(app.state.service.sessions.sandboxes, settings)
+    serving.start_reaper(app.state.service.sessions.sandboxes, settings)
     print(f"Code interpreter on http://{host}:{port}/v1 (backend: {settings.sandbox_backend})", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS)
-
-
-def start_reaper(sandboxes: Sandboxes, settings: Settings) -> threading.Event:
-    """Reap every REAP_INTERVAL_SECONDS in a daemon thread; set the event to stop it."""
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(settings.reap_interval_seconds):
-            try:
-                reap(sandboxes, settings.idle_timeout_seconds)
-            except Exception:  # one failed pass must not end the timer
-                log.exception("reaper pass failed")
-
-    threading.Thread(target=loop, name="reaper", daemon=True).start()
-    return stop
+    serving.serve(serving.server(app, host, port))
 
 
 if __name__ == "__main__":

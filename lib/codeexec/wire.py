@@ -1,4 +1,6 @@
-"""The wire shapes of CONTRACT.md: measured from the real clients, not designed here."""
+"""The requests of CONTRACT.md, as the real clients send them: measured, not designed here.
+
+What the service answers is built in one place, `codeexec.api.replies`."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def _utf8(value: str) -> str:
 Text = Annotated[str, AfterValidator(_utf8)]
 
 # G2's resource kinds. An upload of kind `agent` or `skill` is shared by every user of the
-# organization (sessions.py); on a file ref the kind is echoed back for the client's books.
+# organization (the upload route); on a file ref the kind is echoed back for the client's books.
 Kind = Literal["skill", "agent", "user"]
 
 
@@ -94,31 +96,6 @@ class ExecRequest(RunRequest):
         return args
 
 
-class OutputFile(BaseModel):
-    id: str  # derived from the session and the path (codeexec.ids)
-    name: str  # the path relative to /mnt/data: `plots/a.png`, never cut to the basename
-    session_id: str
-    storage_session_id: str  # both spellings, so either kind of client finds it
-    # G2 only, and only on an unchanged input echoed back: the input's own ref. The exec
-    # route leaves out what is None, so a G1 reply is exactly what it always was.
-    resource_id: str | None = None
-    kind: Kind | None = None
-    version: int | None = None
-    inherited: Literal[True] | None = None
-
-
-class ExecReply(BaseModel):
-    session_id: str
-    stdout: str
-    stderr: str
-    files: list[OutputFile]
-    # The paths the run removed (G2 drops a file from its session only when named here).
-    deleted_files: list[str] | None = None
-    # The stateful profile: the session a runtime_session_hint named, and whether it was new.
-    runtime_session_id: str | None = None
-    runtime_status: Literal["new", "reused"] | None = None
-
-
 class ToolResult(BaseModel):
     call_id: Text
     result: Any = None
@@ -141,52 +118,3 @@ class ProgrammaticRequest(RunRequest):
     @property
     def bash(self) -> bool:
         return (self.language or self.lang) == "bash"
-
-
-class ToolCall(BaseModel):
-    id: str
-    name: str
-    input: dict[str, Any]
-
-
-class ProgrammaticReply(BaseModel):
-    status: Literal["tool_call_required", "completed", "error"]
-    session_id: str
-    tool_calls: list[ToolCall] | None = None
-    continuation_token: str | None = None
-    stdout: str | None = None
-    stderr: str | None = None
-    files: list[OutputFile] | None = None
-    deleted_files: list[str] | None = None
-    error: str | None = None
-    runtime_session_id: str | None = None
-    runtime_status: Literal["new", "reused"] | None = None
-
-
-class UploadedFile(BaseModel):
-    fileId: str  # noqa: N815 - the wire's spelling
-    # The path the file has under /mnt/data: the multipart filename as sent, which
-    # LibreChat's skill priming keys on (`skills/pdf/SKILL.md`).
-    filename: str
-
-
-class UploadReply(BaseModel):
-    message: str = "success"  # the client checks this before it reads anything else
-    session_id: str  # G1 reads this spelling,
-    storage_session_id: str  # G2 this one
-    files: list[UploadedFile]
-
-
-class BatchUploadedFile(UploadedFile):
-    status: Literal["success"] = "success"  # a batch here stores every file or none
-
-
-class BatchUploadReply(BaseModel):
-    """POST /v1/upload/batch: LibreChat keeps the files whose status is "success"."""
-
-    message: str = "success"
-    session_id: str
-    storage_session_id: str
-    files: list[BatchUploadedFile]
-    succeeded: int
-    failed: int = 0

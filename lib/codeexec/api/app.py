@@ -1,12 +1,12 @@
-"""The HTTP app: the routers, and the one place errors become answers.
+"""The HTTP app: the routers, and where errors become answers.
 
 Every error of the library carries its status (`codeexec.errors`), so one handler answers
-them all; FastAPI's own errors (a malformed body, an unknown route) are mapped beside it.
+them all, the one the runner uses too (`codeexec.serving`); FastAPI's own errors (a
+malformed body, an unknown route) are mapped beside it.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
@@ -16,19 +16,18 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from ..auth import make_authenticator
-from ..errors import BadRequest, ServiceError
+from ..errors import BadRequest
 from ..large_files import LargeFiles
-from ..programmatic import Tokens
+from ..programmatic import Programs, Tokens
 from ..sandbox import make_sandboxes
 from ..sandbox.port import Sandboxes
+from ..serving import error_handlers, error_response
 from ..sessions import SessionLimits, Sessions
 from ..settings import Settings, get_settings
 from .admission import Admission, default_runs
 from .dependencies import Service
 from .gate import Gate
 from .routers import execute, files, health, programmatic
-
-log = logging.getLogger("codeexec")
 
 
 def create_app(
@@ -48,20 +47,18 @@ def create_app(
     large_files = None
     if settings.large_files_bucket:
         large_files = LargeFiles(settings.large_files_bucket, settings.large_files_from_bytes)
-    tokens = Tokens(_token_secret(settings, api_key))
-    sessions = Sessions(sandboxes or make_sandboxes(settings), limits, tokens, large_files)
+    sessions = Sessions(sandboxes or make_sandboxes(settings), limits, large_files)
+    programs = Programs(sessions, Tokens(_token_secret(settings, api_key)))
     runs = settings.max_concurrent_runs or default_runs(settings.run_memory_bytes)
     admission = Admission(runs, settings.max_concurrent_uploads)
     app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None)
-    app.state.service = Service(settings, sessions, make_authenticator(settings, api_key), admission)
+    app.state.service = Service(settings, sessions, programs, make_authenticator(settings, api_key), admission)
     for module in (health, execute, programmatic, files):
         app.include_router(module.router)
     app.add_middleware(Gate)
-    app.add_exception_handler(ServiceError, _service_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(HTTPException, _http_error)
-    app.add_exception_handler(ClientDisconnect, _client_left)
-    app.add_exception_handler(Exception, _internal_error)
+    handlers = {**error_handlers(), RequestValidationError: _validation_error, HTTPException: _http_error}
+    for kind, handler in (handlers | {ClientDisconnect: _client_left}).items():
+        app.add_exception_handler(kind, handler)
     return app
 
 
@@ -74,19 +71,11 @@ def _token_secret(settings: Settings, api_key: Callable[[], str | None]) -> Call
     return secret
 
 
-def _answer(exc: ServiceError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
-
-
-def _service_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ServiceError)
-    return _answer(exc)
-
-
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     # Locations and messages only: pydantic's error also carries the input, which may be code.
     errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-    return _answer(BadRequest("; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors)))
+    said = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in errors)
+    return error_response(BadRequest(said))
 
 
 def _http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -97,8 +86,3 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
 def _client_left(request: Request, exc: Exception) -> Response:
     # Nobody is there to read an answer (or the gate has answered 413 already).
     return Response(status_code=400)
-
-
-def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _answer(ServiceError())

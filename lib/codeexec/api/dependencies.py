@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from ..auth import Authenticator, Caller
+from ..programmatic import Programs
 from ..sessions import Sessions
 from ..settings import Settings
 from .admission import Admission
@@ -22,6 +23,7 @@ class Service:
 
     settings: Settings
     sessions: Sessions
+    programs: Programs
     auth: Authenticator
     admission: Admission
 

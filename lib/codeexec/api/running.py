@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from ..auth import Caller
 from ..errors import ServiceError
-from ..sessions import run_key
+from ..sessions.access import run_key
 
 PROFILE_HEADER = "x-codeapi-expected-profile"
 REQUEST_ID_HEADER = "x-librechat-code-request-id"

@@ -3,18 +3,17 @@
 It reads the same settings as the service (SANDBOX_ROOT, the limits, LEASE_TTL_SECONDS,
 IDLE_TIMEOUT_SECONDS, REAP_INTERVAL_SECONDS) and RUNNER_KEY, the key callers must send.
 With RUNNER_HOOK_PORT set (in a MicroVM), it also answers AWS's lifecycle hooks there:
-the image build's /ready, and each VM's /run, which hands it its key (hooks.py).
+the image build's /ready, and each VM's /run, which hands it its key (hooks.py). It is
+served as the service is (codeexec.serving), and imports neither the API nor the
+embedded server.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 
-import uvicorn
-
-from ..server import KEEP_ALIVE_SECONDS, start_reaper
+from .. import serving
 from ..settings import Settings
 from .app import create_runner_app
 from .build import build_runner
@@ -29,27 +28,17 @@ def main() -> None:
         logging.getLogger("codeexec.runner").warning("RUNNER_KEY is not set: every call will be refused")
     host = os.environ.get("RUNNER_HOST", "127.0.0.1")
     port = int(os.environ.get("RUNNER_PORT", "8080"))
-    start_reaper(runner.sandboxes, settings)
-    servers = [
-        uvicorn.Server(
-            uvicorn.Config(
-                create_runner_app(runner), host=host, port=port, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS
-            )
-        )
-    ]
+    serving.start_reaper(runner.sandboxes, settings)
+    servers = [serving.server(create_runner_app(runner), host, port)]
     hook_port = os.environ.get("RUNNER_HOOK_PORT")
     if hook_port:  # in a MicroVM: AWS's lifecycle hooks; its key arrives with the run hook
         from .hooks import create_hook_app
 
-        serving = servers[0]
-        app = create_hook_app(runner, ready=lambda: serving.started)
-        servers.append(uvicorn.Server(uvicorn.Config(app, host=host, port=int(hook_port), log_level="info")))
+        runner_server = servers[0]  # the image build's /ready answers once it serves
+        hook_app = create_hook_app(runner, ready=lambda: runner_server.started)
+        servers.append(serving.server(hook_app, host, int(hook_port)))
     print(f"Sandbox runner on http://{host}:{port} (root: {settings.sandbox_root})", flush=True)
-
-    async def serve() -> None:
-        await asyncio.gather(*(server.serve() for server in servers))
-
-    asyncio.run(serve())
+    serving.serve(*servers)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,9 @@ from ..sandbox.local import LocalSandboxes
 from ..settings import Settings
 from .app import Runner
 
-# The longest a caller may keep a session held: far beyond any call, short enough that a
-# caller that died lets go within the hour.
-MAX_HOLD_SECONDS = 3600.0
-
 
 def build_runner(settings: Settings) -> Runner:
     sandboxes = make_sandboxes(settings.model_copy(update={"sandbox_backend": "local"}))
     assert isinstance(sandboxes, LocalSandboxes)
     key = settings.runner_key.get_secret_value() if settings.runner_key else None
-    return Runner(sandboxes, key or None, MAX_HOLD_SECONDS)
+    return Runner(sandboxes, key or None)

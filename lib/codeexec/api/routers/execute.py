@@ -7,6 +7,7 @@ from fastapi.responses import Response
 
 from ...wire import ExecRequest
 from ..dependencies import CallerDep, ServiceDep
+from ..replies import exec_reply
 from ..running import answer, cancel_key, stateful
 
 EXEC_PATH = "/v1/exec"
@@ -18,5 +19,5 @@ router = APIRouter()
 async def execute(body: ExecRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
     caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
     profile, key = stateful(request), cancel_key(request, caller)
-    run = service.admission.start_run(lambda: service.sessions.execute(caller, body, profile, key))
+    run = service.admission.start_run(lambda: exec_reply(service.sessions.execute(caller, body, profile, key)))
     return await answer(run, service.settings.exec_keepalive_seconds)

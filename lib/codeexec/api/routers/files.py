@@ -4,9 +4,7 @@ the batch upload and the object routes."""
 
 from __future__ import annotations
 
-import mimetypes
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Annotated, Any, BinaryIO, Literal
 from urllib.parse import quote
 
@@ -15,12 +13,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.datastructures import UploadFile
 
-from ... import ids
 from ...auth import Caller
 from ...errors import BadRequest
-from ...sandbox.port import FileInfo
 from ...sessions import UploadTerms
-from ...wire import BatchUploadedFile, BatchUploadReply, UploadedFile, UploadReply
+from .. import replies
 from ..dependencies import CallerDep, Service, ServiceDep
 
 UPLOAD_PATH = "/v1/upload"
@@ -34,17 +30,13 @@ router = APIRouter()
 
 
 @router.post(UPLOAD_PATH)
-async def upload(request: Request, service: ServiceDep, caller: CallerDep) -> UploadReply:
-    session_id, paths = await _receive_upload(request, service, caller)
-    files = [UploadedFile(fileId=ids.file_id(session_id, p), filename=p) for p in paths]
-    return UploadReply(session_id=session_id, storage_session_id=session_id, files=files)
+async def upload(request: Request, service: ServiceDep, caller: CallerDep) -> replies.UploadReply:
+    return replies.uploaded(*await _receive_upload(request, service, caller))
 
 
 @router.post(UPLOAD_BATCH_PATH)
-async def upload_batch(request: Request, service: ServiceDep, caller: CallerDep) -> BatchUploadReply:
-    session_id, paths = await _receive_upload(request, service, caller)
-    files = [BatchUploadedFile(fileId=ids.file_id(session_id, p), filename=p) for p in paths]
-    return BatchUploadReply(session_id=session_id, storage_session_id=session_id, files=files, succeeded=len(files))
+async def upload_batch(request: Request, service: ServiceDep, caller: CallerDep) -> replies.BatchUploadReply:
+    return replies.uploaded_batch(*await _receive_upload(request, service, caller))
 
 
 @router.get(DOWNLOAD_PATH)
@@ -53,7 +45,7 @@ def download(session_id: str, file_id: str, service: ServiceDep, caller: CallerD
     to the large-files bucket, answering the same type and name from there."""
     got = service.sessions.download(caller, session_id, file_id)
     name = got.info.path.rsplit("/", 1)[-1]
-    media_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    media_type = replies.media_type(name)
     if got.reader is None:
         assert got.key is not None and service.sessions.large_files is not None
         url = service.sessions.large_files.get_url(got.key, media_type, _disposition(name))
@@ -70,28 +62,23 @@ def list_files(
     caller: CallerDep,
     detail: Annotated[Literal["summary", "simple", "full"], Query()] = "simple",
 ) -> list[Any]:
-    found = service.sessions.list_files(caller, session_id)
-    if detail == "simple":
-        return [f"{session_id}/{ids.file_id(session_id, f.path)}" for f in found]
-    return [_summary(session_id, f, full=detail == "full") for f in found]
+    return replies.listing(session_id, service.sessions.list_files(caller, session_id), detail)
 
 
 @router.delete(FILE_PATH)
 def delete_file(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> dict[str, str]:
-    path = service.sessions.remove(caller, session_id, file_id)
-    return {"message": "success", "session_id": session_id, "fileId": ids.file_id(session_id, path)}
+    return replies.removed(session_id, service.sessions.remove(caller, session_id, file_id), "session_id")
 
 
 @router.get(OBJECT_PATH)
 def object_info(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> dict[str, Any]:
     """LibreChat reads `lastModified` here to decide whether to upload a file again."""
-    return _summary(session_id, service.sessions.stat(caller, session_id, file_id), full=True)
+    return replies.summary(session_id, service.sessions.stat(caller, session_id, file_id), full=True)
 
 
 @router.delete(OBJECT_PATH)
 def delete_object(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> dict[str, str]:
-    path = service.sessions.remove(caller, session_id, file_id)
-    return {"message": "success", "storage_session_id": session_id, "fileId": ids.file_id(session_id, path)}
+    return replies.removed(session_id, service.sessions.remove(caller, session_id, file_id), "storage_session_id")
 
 
 async def _receive_upload(request: Request, service: Service, caller: Caller) -> tuple[str, list[str]]:
@@ -127,23 +114,3 @@ def _disposition(name: str) -> str:
     if quoted != name:  # RFC 6266: a non-ASCII or special name travels percent-encoded
         return f"attachment; filename*=utf-8''{quoted}"
     return f'attachment; filename="{name}"'
-
-
-def _summary(session_id: str, f: FileInfo, full: bool) -> dict[str, Any]:
-    """One file as a listing names it: `name` is "{session_id}/{file_id}" (G1 LibreChat
-    matches it by prefix; 3.1.x rebuilds the id from its second segment), `fileId` what
-    LibreChat's liveness check matches, `path` where the file is under /mnt/data."""
-    modified = datetime.fromtimestamp(f.mtime_ns / 1e9, UTC).isoformat(timespec="milliseconds")
-    file_id = ids.file_id(session_id, f.path)
-    item: dict[str, Any] = {
-        "name": f"{session_id}/{file_id}",
-        "id": file_id,
-        "fileId": file_id,
-        "path": f.path,
-        "size": f.size,
-        "lastModified": modified.replace("+00:00", "Z"),
-    }
-    if full:
-        content_type = mimetypes.guess_type(f.path)[0] or "application/octet-stream"
-        item |= {"contentType": content_type, "metadata": {"content-type": content_type, "original-filename": f.path}}
-    return item

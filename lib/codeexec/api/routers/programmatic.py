@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ...wire import ProgrammaticRequest, Text
 from ..dependencies import CallerDep, ServiceDep
+from ..replies import programmatic_reply
 from ..running import answer, cancel_key, stateful
 
 PROGRAMMATIC_PATH = "/v1/exec/programmatic"
@@ -33,11 +34,11 @@ async def programmatic(body: ProgrammaticRequest, request: Request, service: Ser
     if workspace := request.headers.get(WORKSPACE_HEADER):
         # The bash tool's attached workspace: a session of its own per user, as a hint's.
         body.runtime_session_hint, profile = f"workspace:{workspace}", True
-    sessions = service.sessions
+    programs = service.programs
     if body.continuation_token:
-        run = service.admission.start_run(lambda: sessions.continue_program(caller, body, key))
+        run = service.admission.start_run(lambda: programmatic_reply(programs.resume(caller, body, key)))
     else:
-        run = service.admission.start_run(lambda: sessions.start_program(caller, body, profile, key))
+        run = service.admission.start_run(lambda: programmatic_reply(programs.start(caller, body, profile, key)))
     return await answer(run, service.settings.exec_keepalive_seconds)
 
 

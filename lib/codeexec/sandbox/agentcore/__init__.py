@@ -1,5 +1,5 @@
 """The `agentcore` backend: AWS Bedrock AgentCore Code Interpreter sessions (see sandboxes.py)."""
 
-from .sandboxes import AgentCoreConfig, AgentCoreSandbox, AgentCoreSandboxes
+from .sandboxes import AgentCoreConfig, AgentCoreSandboxes
 
-__all__ = ["AgentCoreConfig", "AgentCoreSandbox", "AgentCoreSandboxes"]
+__all__ = ["AgentCoreConfig", "AgentCoreSandboxes"]

@@ -106,6 +106,43 @@ def write_beneath(root: str, path: str, data: BinaryIO, limit: int, owner: Owner
         raise _refused(exc) from exc
 
 
+def stage(staging_fd: int, name: str, data: BinaryIO, limit: int, owner: Owner) -> None:
+    """Write a file to be moved beneath a directory later (`move_beneath`), into a
+    directory of the service's own where no program looks."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=staging_fd)
+    try:
+        _copy(data, fd, limit)
+        if owner is not None:
+            os.fchown(fd, *owner)
+    finally:
+        os.close(fd)
+
+
+def move_beneath(root: str, moves: list[tuple[str, int, str]], owner: Owner) -> None:
+    """Move staged files (path, staging dir fd, name) to their paths beneath `root`, all or
+    none as far as the filesystem allows: every path is checked and its directories made
+    first, and only then is anything renamed into place (a rename replaces a planted
+    symlink instead of writing through it)."""
+    try:
+        for path, _, _ in moves:
+            with _parent_dir(root, path, create=owner or True) as (dir_fd, name):
+                _no_directory_at(dir_fd, name)
+        for path, staging_fd, staged in moves:
+            with _parent_dir(root, path) as (dir_fd, name):
+                os.rename(staged, name, src_dir_fd=staging_fd, dst_dir_fd=dir_fd)
+    except OSError as exc:
+        raise _refused(exc) from exc
+
+
+def _no_directory_at(dir_fd: int, name: str) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.EISDIR, "a directory has that name")
+
+
 def _write_at(dir_fd: int, name: str, data: BinaryIO, limit: int, owner: Owner) -> None:
     tmp = f"{_PARTIAL_PREFIX}{os.urandom(8).hex()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)

@@ -4,12 +4,15 @@ runs under bubblewrap (bwrap.py).
     SANDBOX_ROOT/<session_id>/       a subvolume, limited to the session's disk limit
         lease.json   owner, shared, read-only, leased at, TTL (written once, private to the service)
         lock         flock: calls hold it shared, ending takes it exclusive
-        run.lock     flock: the session's exclusive hold (sessions.py takes it for changes)
+        run.lock     flock: the session's exclusive hold (every change to the session takes it)
+        records/     the service's own records (programmatic workflows: port.Keep)
+        staging-*/   an upload's files until all of them are in
         data/        the artifact directory, bound at /mnt/data inside the sandbox
     SANDBOX_ROOT/.cancel/<run key>   a cancel for a run, seen by the run in any process
     SANDBOX_ROOT/.warm/<slot>/       a warm interpreter's mount point and program (warm.py)
 
-The program sees only data/, so it can neither read nor change its own lease. "Last
+The program sees only data/, so it can neither read nor change its own lease, nor the
+service's records. "Last
 touched" is the mtime of lock, which every call that addresses the session updates.
 
 Ending a session is a rename to a tombstone name, then the subvolume's destruction: the
@@ -24,16 +27,17 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from ... import ids
-from ...errors import BackendUnavailable, Conflict, SessionNotFound
+from ...errors import BackendUnavailable, BadRequest, Conflict, SessionNotFound
 from ...languages import LANGUAGES
-from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
+from ..port import FileInfo, Lease, OwnerTag, Program, RunResult, Sandboxes
 from . import bwrap, cgroups, files, warm
 from .limits import Limits
 from .storage import Storage, over_limit
@@ -79,6 +83,35 @@ class LocalSandbox:
             files.write_beneath(self._data, path, data, limit, self._backend.sandbox_user)
         except OSError as exc:
             raise over_limit(exc, self._backend.limits.max_session_bytes) from exc
+
+    def write_files(self, pairs: Iterable[tuple[str, BinaryIO]], limit: int) -> None:
+        # Staged beside data/, in the session's own subvolume (its quota holds), then moved in.
+        staging = tempfile.mkdtemp(prefix="staging-", dir=self._path)
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            moves: list[tuple[str, int, str]] = []
+            for path, data in pairs:
+                files.stage(fd, str(len(moves)), data, limit, self._backend.sandbox_user)
+                moves.append((path, fd, str(len(moves))))
+            files.move_beneath(self._data, moves, self._backend.sandbox_user)
+        except OSError as exc:
+            raise over_limit(exc, self._backend.limits.max_session_bytes) from exc
+        finally:
+            os.close(fd)
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def read_record(self, key: str) -> bytes | None:
+        try:
+            return (self._path / "records" / _record_name(key)).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_record(self, key: str, record: bytes) -> None:
+        records = self._path / "records"
+        records.mkdir(mode=0o700, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=records, delete=False) as staged:
+            staged.write(record)
+        os.replace(staged.name, records / _record_name(key))
 
     def open_file(self, path: str) -> tuple[BinaryIO, FileInfo]:
         return files.open_beneath(self._data, path, self._backend.storage.snapshot)
@@ -131,6 +164,12 @@ class LocalSandbox:
             os.close(fd)
 
 
+def _record_name(key: str) -> str:
+    if not ids.is_file_id(key.removesuffix(".before")):
+        raise BadRequest("not a record's key")
+    return key
+
+
 def _lock_within(fd: int, seconds: float) -> None:
     """flock, but never waiting longer than `seconds`: a caller waiting for a session
     holds a thread, and a session busy for longer is better answered "try again"."""
@@ -147,7 +186,7 @@ def _lock_within(fd: int, seconds: float) -> None:
             pause = min(pause * 2, 0.1)
 
 
-class LocalSandboxes:
+class LocalSandboxes(Sandboxes):
     def __init__(self, config: LocalConfig) -> None:
         if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
             raise RuntimeError(

@@ -8,18 +8,20 @@ CreateMicrovmAuthToken (X-aws-proxy-auth, for the runner's port only) and the ru
 Where a session's facts live, and why there:
 
 - The runner's key reaches the VM once, in RunMicrovm's run-hook payload (a field AWS
-  treats as secret; the image, one snapshot for every VM, holds none). Once the runner
-  takes it, the session is created through the runner with its owner, whether it is
-  shared or read-only, and its id: the runner keeps them in its own state, outside the
-  sandbox, where user code in the VM can neither read nor change them. Opening a session
-  asks the runner for its lease and admits the caller here.
+  treats as secret; the image, one snapshot for every VM, holds none). The VM's first
+  request creates its session, named after the VM, with its owner and whether it is
+  shared or read-only: the runner keeps them in its own state, outside the sandbox, where
+  user code in the VM can neither read nor change them. The caller's access travels with
+  every request and the runner admits it.
 - The session id is the VM id, mapped without a table (`vm_ids.py`).
 - The TTL is the VM's maximum duration and the idle limit its idle policy: AWS suspends
   a VM nobody called for that long and ends it when its time is up. The reaper reads
   the listing alone (it never calls a VM: a call would count as traffic and keep it
   awake) and ends what AWS suspended or what outlived its TTL. Its leases name no owner:
   the listing does not carry one, and the reaper needs none.
-- Holds and uses are the runner's, as with the `runner` backend.
+- Every operation is one request to the session's VM, whose runner answers it as the
+  `runner` backend's does. Inputs from other sessions are other VMs': a run reads them
+  once per origin VM and streams them into its own request.
 """
 
 from __future__ import annotations
@@ -31,14 +33,28 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, BinaryIO
 
 from ...errors import BackendUnavailable, SessionNotFound
 from ...languages import LANGUAGES
-from ..port import Lease, OwnerTag
-from ..runner import RunnerClient, RunnerConfig, RunnerSandbox, RunnerSessions
+from ..port import (
+    Access,
+    Carried,
+    FileInfo,
+    Input,
+    Intent,
+    Lease,
+    Opened,
+    OwnerTag,
+    Placement,
+    Ran,
+    Run,
+    Sandboxes,
+    SendTo,
+)
+from ..runner import RunnerClient, RunnerConfig, RunnerPort
 from . import vm_ids
 from .api import TOKEN_MINUTES, MicrovmApi
 
@@ -78,7 +94,7 @@ class _Vm:
         self._token, self._renew_at = "", 0.0
         self._lock = threading.Lock()
         client = RunnerClient(endpoint, backend.config.runner_key, backend.runner.call_seconds, headers=self._auth)
-        self.sessions = RunnerSessions(client, backend.runner.call_seconds)
+        self.port = RunnerPort(client, backend.runner.call_seconds)
 
     def _auth(self) -> dict[str, str]:
         with self._lock:
@@ -88,7 +104,7 @@ class _Vm:
             return {"X-aws-proxy-auth": self._token, "X-aws-proxy-port": str(RUNNER_PORT)}
 
 
-class MicrovmSandboxes:
+class MicrovmSandboxes(Sandboxes):
     languages = frozenset(LANGUAGES)  # the image carries every toolchain
     named_sessions = False  # a session id is its VM's
 
@@ -100,40 +116,82 @@ class MicrovmSandboxes:
         self._vms: OrderedDict[str, _Vm] = OrderedDict()
         self._vms_lock = threading.Lock()
 
-    @contextlib.contextmanager
-    def create(
-        self, owner: OwnerTag, shared: bool = False, read_only: bool = False, session_id: str | None = None
-    ) -> Iterator[RunnerSandbox]:
-        if session_id is not None:
-            raise ValueError("a MicroVM session's id is its VM's")
-        started = self.api.run(**self._launch())
-        vm_id = started["microvmId"]
-        try:
-            session = vm_ids.session_of(vm_id)
-        except vm_ids.Unmappable as exc:
-            self.api.terminate(vm_id)
-            raise BackendUnavailable(str(exc)) from exc
-        vm = self._vm(vm_id, started["endpoint"])
-        self._await_boot(vm_id, vm)
-        with contextlib.ExitStack() as stack:
-            try:
-                sandbox = stack.enter_context(vm.sessions.create(owner, shared, read_only, session))
-            except BaseException:
-                self.api.terminate(vm_id)  # a VM without its session would idle to its TTL
-                raise
-            yield sandbox
+    # -- the coarse operations: one request to the session's VM -------------------------------
 
-    @contextlib.contextmanager
-    def open(self, session_id: str, admit: Callable[[Lease], bool]) -> Iterator[RunnerSandbox]:
-        vm_id, vm = self._live(session_id)
+    def execute(self, run: Run, carried: Iterable[Carried] = ()) -> Ran:
+        """In the first candidate VM that admits the caller, else in a new one. Inputs of
+        other sessions are other VMs': read once per origin, streamed into the run."""
+        where = run.placement
+        for session_id in dict.fromkeys(where.candidates):
+            with contextlib.suppress(SessionNotFound):
+                return self._run_in(session_id, run)
+        if not where.new:
+            raise SessionNotFound()
+        session_id = self._launch()
         try:
-            with vm.sessions.open(session_id, admit) as sandbox:
-                yield sandbox
-        except BackendUnavailable:
-            # A VM AWS ended (its TTL, an idle one reaped) no longer answers: its session is gone.
-            if self._state(vm_id)[0] in _ENDED:
-                raise SessionNotFound() from None
+            return self._run_in(session_id, run, new=True)
+        except BaseException:
+            self.end(session_id)  # a VM without its session would idle to its TTL
             raise
+
+    def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
+        if not placement.new:
+            (session_id,) = placement.candidates
+            with self._port(session_id) as port:
+                return port.write_files(placement, files, limit)
+        session_id = self._launch()
+        try:
+            with self._port(session_id) as port:
+                return port.write_files(_made_in(placement, session_id), files, limit)
+        except BaseException:
+            self.end(session_id)  # a VM launched for a failed upload would hold nothing
+            raise
+
+    def list_files(self, session_id: str, access: Access) -> list[FileInfo]:
+        with self._port(session_id) as port:
+            return port.list_files(session_id, access)
+
+    def read_file(self, session_id: str, access: Access, file_id: str, send_to: SendTo | None = None) -> Opened:
+        with self._port(session_id) as port:
+            return port.read_file(session_id, access, file_id)
+
+    def stat_file(self, session_id: str, access: Access, file_id: str) -> FileInfo:
+        with self._port(session_id) as port:
+            return port.stat_file(session_id, access, file_id)
+
+    def remove_file(self, session_id: str, access: Access, file_id: str) -> str:
+        with self._port(session_id) as port:
+            return port.remove_file(session_id, access, file_id)
+
+    def read_inputs(self, session_id: str, access: Access, inputs: Iterable[Input]) -> Iterator[Carried]:
+        with self._port(session_id) as port:
+            return port.read_inputs(session_id, access, inputs)
+
+    def read_record(self, session_id: str, access: Access, key: str) -> bytes:
+        with self._port(session_id) as port:
+            return port.read_record(session_id, access, key)
+
+    def _run_in(self, session_id: str, run: Run, new: bool = False) -> Ran:
+        if new:
+            here = replace(run, placement=_made_in(run.placement, session_id))
+        else:
+            here = replace(run, placement=replace(run.placement, candidates=(session_id,), named=None, new=False))
+        with self._port(session_id) as port:
+            return port.execute(here, self._carried(session_id, run))
+
+    def _carried(self, session_id: str, run: Run) -> Iterator[Carried]:
+        """The inputs that live in other VMs, read from each once, as the run pulls them."""
+        by_origin: dict[str, list[int]] = {}
+        for index, wanted in enumerate(run.inputs):
+            if wanted.origin and wanted.origin != session_id:
+                by_origin.setdefault(wanted.origin, []).append(index)
+        reader = run.placement.access.to(Intent.READ)
+        for origin, indexes in by_origin.items():
+            with contextlib.suppress(SessionNotFound):
+                found = self.read_inputs(origin, reader, [run.inputs[i] for i in indexes])
+                yield from (replace(c, index=indexes[c.index]) for c in found)
+
+    # -- ending and the reaper -------------------------------------------------------------
 
     def end(self, session_id: str) -> None:
         with contextlib.suppress(vm_ids.Unmappable):
@@ -164,7 +222,30 @@ class MicrovmSandboxes:
 
     # -- the VMs ----------------------------------------------------------------------------
 
-    def _launch(self) -> dict[str, Any]:
+    def _launch(self) -> str:
+        """A new VM, its key given by its run hook; its session id once it runs. A VM that
+        stops on the way, or takes too long, is ended and the caller told to retry."""
+        started = self.api.run(**self._request())
+        vm_id = started["microvmId"]
+        try:
+            session_id = vm_ids.session_of(vm_id)
+        except vm_ids.Unmappable as exc:
+            self.api.terminate(vm_id)
+            raise BackendUnavailable(str(exc)) from exc
+        deadline = time.monotonic() + self.config.boot_seconds
+        # AWS runs a VM once its run hook has answered: its runner has the key then.
+        while (state := self._state(vm_id))[0] != "RUNNING":
+            if state[0] in _ENDED:
+                self.api.terminate(vm_id)
+                raise BackendUnavailable(f"the MicroVM stopped while it booted ({state[1]})", retry_after=1)
+            if time.monotonic() > deadline:
+                self.api.terminate(vm_id)
+                raise BackendUnavailable("the MicroVM did not boot in time", retry_after=5)
+            time.sleep(0.1)
+        self._vm(vm_id, started["endpoint"])
+        return session_id
+
+    def _request(self) -> dict[str, Any]:
         request: dict[str, Any] = {
             "imageIdentifier": self.config.image,
             "maximumDurationInSeconds": self.ttl_seconds,
@@ -182,23 +263,6 @@ class MicrovmSandboxes:
             request["ingressNetworkConnectors"] = [self.config.ingress_connector]
         return request
 
-    def _await_boot(self, vm_id: str, vm: _Vm) -> None:
-        """Until the runner answers with the key its run hook gave it; a VM that stops on
-        the way, or takes too long, is ended and the caller told to retry."""
-        deadline = time.monotonic() + self.config.boot_seconds
-        while True:
-            with contextlib.suppress(BackendUnavailable):
-                list(vm.sessions.leases())  # a call only its key opens (nothing to list yet)
-                return
-            state, reason = self._state(vm_id)
-            if state in _ENDED:
-                self.api.terminate(vm_id)
-                raise BackendUnavailable(f"the MicroVM stopped while it booted ({reason})", retry_after=1)
-            if time.monotonic() > deadline:
-                self.api.terminate(vm_id)
-                raise BackendUnavailable("the MicroVM did not boot in time", retry_after=5)
-            time.sleep(0.1)
-
     def _state(self, vm_id: str) -> tuple[str, str]:
         try:
             vm = self.api.get(vm_id)
@@ -206,19 +270,27 @@ class MicrovmSandboxes:
             return "TERMINATED", "not found"
         return str(vm["state"]), str(vm.get("stateReason") or "no reason given")
 
-    def _live(self, session_id: str) -> tuple[str, _Vm]:
+    @contextlib.contextmanager
+    def _port(self, session_id: str) -> Iterator[RunnerPort]:
+        """The port of the session's VM; failing to answer once AWS says the VM ended (its
+        TTL, an idle one reaped) is the session being gone."""
         try:
             vm_id = vm_ids.vm_of(session_id)
         except vm_ids.Unmappable:
             raise SessionNotFound() from None
         with self._vms_lock:
             known = self._vms.get(vm_id)
-        if known is not None:
-            return vm_id, known
-        vm = self.api.get(vm_id)
-        if vm["state"] in _ENDED:
-            raise SessionNotFound()
-        return vm_id, self._vm(vm_id, vm["endpoint"])
+        if known is None:
+            vm = self.api.get(vm_id)
+            if vm["state"] in _ENDED:
+                raise SessionNotFound()
+            known = self._vm(vm_id, vm["endpoint"])
+        try:
+            yield known.port
+        except BackendUnavailable:
+            if self._state(vm_id)[0] in _ENDED:
+                raise SessionNotFound() from None
+            raise
 
     def _vm(self, vm_id: str, endpoint: str) -> _Vm:
         with self._vms_lock:
@@ -226,7 +298,7 @@ class MicrovmSandboxes:
             if vm is None:
                 vm = self._vms[vm_id] = _Vm(vm_id, https(endpoint), self)
                 while len(self._vms) > _CLIENTS_KEPT:
-                    self._vms.popitem(last=False)[1].sessions.client.close()
+                    self._vms.popitem(last=False)[1].port.client.close()
             self._vms.move_to_end(vm_id)
             return vm
 
@@ -242,3 +314,8 @@ class MicrovmSandboxes:
         # idle policy is the idle limit): never idle-due here, whatever the reaper's clock.
         touched = started if item["state"] in _ASLEEP else math.inf
         return Lease(session_id, OwnerTag("", ""), False, False, started, self.ttl_seconds, touched)
+
+
+def _made_in(placement: Placement, session_id: str) -> Placement:
+    """The placement of a new VM's first request: its session made there, named after it."""
+    return replace(placement, candidates=(), named=session_id, new=True)

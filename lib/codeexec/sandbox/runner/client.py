@@ -50,6 +50,20 @@ class RunnerClient:
             response.read()
             return response.json()
 
+    def raw(self, method: str, path: str, **kwargs: Any) -> bytes:
+        """One request; its answer's bytes."""
+        with self.stream(method, path, **kwargs) as response:
+            return response.read()
+
+    def opened(self, method: str, path: str, **kwargs: Any) -> tuple[contextlib.ExitStack, httpx.Response]:
+        """One request whose answer the caller reads later: closing the stack ends it."""
+        stack = contextlib.ExitStack()
+        try:
+            return stack, stack.enter_context(self.stream(method, path, **kwargs))
+        except BaseException:
+            stack.close()
+            raise
+
     @contextlib.contextmanager
     def stream(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> Iterator[httpx.Response]:
         """One request whose answer is read by the caller as it arrives."""
@@ -102,7 +116,7 @@ class ResponseReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
-        with _mapped("GET", "/sessions"):
+        with _mapped("read", "/sessions"):
             while not self._left:
                 chunk = next(self._chunks, None)
                 if chunk is None:

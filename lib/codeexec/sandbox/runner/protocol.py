@@ -1,40 +1,71 @@
-"""The runner's wire: the sandbox port's types as JSON, and its errors as statuses.
+"""The runner's wire: the port's coarse operations as requests, one each, their types as
+JSON, streamed files as frames, and errors as statuses.
 
 Both ends import this module, the runner (`codeexec.runner.app`) and the `runner` backend
 (`codeexec.sandbox.runner`), so a shape is written once. Nothing here knows HTTP beyond
-the header names.
+the header names. `<access>` is the caller's `port.Access` as query parameters; a file id is one too (a raw
+path id may hold `..`, which a URL's path would resolve away).
 
     GET    /health                              languages, named sessions (no key needed)
-    GET    /sessions                            every lease, one JSON object a line
-    POST   /sessions                            create: a lease and a use
-    GET    /sessions/{id}                       the lease, untouched (the caller admits itself)
-    POST   /sessions/{id}/uses                  a shared hold: the reaper keeps away until released
-    DELETE /sessions/{id}/uses/{token}
-    POST   /sessions/{id}/holds                 the exclusive hold, across requests, until released
-    DELETE /sessions/{id}/holds/{token}
-    GET    /sessions/{id}/files                 the listing
-    PUT    /sessions/{id}/files/{path}?limit=N  a body streamed in
-    GET    /sessions/{id}/files/{path}          a body streamed out, its stat in headers
-    DELETE /sessions/{id}/files/{path}
-    GET    /sessions/{id}/stat/{path}
-    POST   /sessions/{id}/run                   a Program in, a RunResult out
+    GET    /sessions                            every lease, one JSON object a line (the reaper)
     DELETE /sessions/{id}                       end now; `?if_touched_at=T` ends only an idle one
     POST   /cancels/{run_key}
+    POST   /runs                                a Run: its JSON frame, then the bytes of inputs it
+                                                carries, a frame each; answers the Ran
+    POST   /writes                              files written all or none: a JSON frame (placement,
+                                                limit), then a frame per file; answers the session
+    GET    /sessions/{id}/files?<access>        the listing
+    GET    /sessions/{id}/file?id=<file id>&<access>     a file's bytes, its stat in headers
+    DELETE /sessions/{id}/file?id=<file id>&<access>     answers the path removed
+    GET    /sessions/{id}/stat?id=<file id>&<access>
+    POST   /sessions/{id}/reads?<access>        several inputs of one session in one answer, a
+                                                frame each (a run elsewhere copies them in)
+    GET    /sessions/{id}/records/{key}?<access>     the service's own record (port.Keep)
+
+A frame is one JSON line, then the file's bytes in chunks, each a 4-byte big-endian length
+and that many bytes, ended by an empty chunk: files of any number and size, streamed one
+after another, lengths unknown ahead.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import base64
+import io
+import json
+import struct
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict
+from typing import Any, BinaryIO, Protocol, cast
 
 from ... import errors
-from ..port import FileInfo, Lease, Limit, LimitHit, OwnerTag, Program, RunResult
+from ..port import (
+    Access,
+    Changes,
+    FileInfo,
+    Input,
+    Intent,
+    Keep,
+    Lease,
+    Limit,
+    LimitHit,
+    OwnerTag,
+    Placed,
+    Placement,
+    Program,
+    Ran,
+    Run,
+    RunResult,
+)
 
 KEY_HEADER = "X-Runner-Key"
 SIZE_HEADER = "X-File-Size"
 MTIME_HEADER = "X-File-Mtime-Ns"
-# The error classes that cross as themselves; any other answer is the runner failing.
+PATH_HEADER = "X-File-Path"
+CHUNK = 1 << 16
+# The error classes that cross as themselves, by the `error` of the one error body both
+# servers answer (codeexec.serving); any other answer is the runner failing.
 ERRORS: dict[str, type[errors.ServiceError]] = {
-    cls.__name__: cls
+    cls.error: cls
     for cls in (
         errors.BadRequest,
         errors.UnsupportedLanguage,
@@ -47,99 +78,201 @@ ERRORS: dict[str, type[errors.ServiceError]] = {
     )
 }
 
+class Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+# -- the port's types ----------------------------------------------------------------------
+
+
+def access_params(access: Access) -> dict[str, str]:
+    return {"org": access.owner.org, "user": access.owner.user, "intent": access.intent.value,
+            "server": "1" if access.server else "0"}  # fmt: skip
+
+
+def access_of(params: Mapping[str, str]) -> Access:
+    try:
+        return Access(OwnerTag(params["org"], params["user"]), Intent(params["intent"]), params.get("server") == "1")
+    except (KeyError, ValueError):
+        raise errors.BadRequest("a request names who asks, and for what") from None
+
 
 def lease_json(lease: Lease) -> dict[str, Any]:
-    return {
-        "session_id": lease.session_id,
-        "owner": {"org": lease.owner.org, "user": lease.owner.user},
-        "shared": lease.shared,
-        "read_only": lease.read_only,
-        "leased_at": lease.leased_at,
-        "ttl_seconds": lease.ttl_seconds,
-        "touched_at": lease.touched_at,
-    }
+    return asdict(lease)
 
 
 def lease_of(data: dict[str, Any]) -> Lease:
     owner = OwnerTag(str(data["owner"]["org"]), str(data["owner"]["user"]))
     return Lease(
-        str(data["session_id"]),
-        owner,
-        bool(data["shared"]),
-        bool(data["read_only"]),
-        float(data["leased_at"]),
-        int(data["ttl_seconds"]),
-        float(data["touched_at"]),
-    )
+        str(data["session_id"]), owner, bool(data["shared"]), bool(data["read_only"]),
+        float(data["leased_at"]), int(data["ttl_seconds"]), float(data["touched_at"]),
+    )  # fmt: skip
 
 
 def file_json(info: FileInfo) -> dict[str, Any]:
-    return {"path": info.path, "size": info.size, "mtime_ns": info.mtime_ns}
+    return asdict(info)
 
 
 def file_of(data: dict[str, Any]) -> FileInfo:
     return FileInfo(str(data["path"]), int(data["size"]), int(data["mtime_ns"]))
 
 
-def program_json(program: Program) -> dict[str, Any]:
+def run_json(run: Run) -> dict[str, Any]:
     return {
-        "lang": program.lang,
-        "code": program.code,
-        "args": list(program.args),
-        "timeout": program.timeout,
-        "run_key": program.run_key,
+        "program": asdict(run.program),
+        "placement": placement_json(run.placement),
+        "inputs": [asdict(i) for i in run.inputs],
+        "keep": run.keep and {**asdict(run.keep), "record": base64.b64encode(run.keep.record).decode()},
     }
 
 
-def program_of(data: dict[str, Any]) -> Program:
+def run_of(data: dict[str, Any]) -> Run:
+    try:
+        placement = placement_of(data["placement"])
+        keep = data.get("keep")
+        if keep:
+            keep = Keep(str(keep["key"]), base64.b64decode(keep["record"]), keep.get("replaces"))
+        inputs = tuple(Input(str(i["file_id"]), i.get("name"), i.get("origin")) for i in data.get("inputs", []))
+        return Run(_program_of(data["program"]), placement, inputs, keep)
+    except (KeyError, TypeError, ValueError):
+        raise errors.BadRequest("not a run this runner understands") from None
+
+
+def _program_of(data: dict[str, Any]) -> Program:
     args = data.get("args") or []
     if not isinstance(data.get("lang"), str) or not isinstance(data.get("code"), str):
         raise errors.BadRequest("a program needs lang and code")
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise errors.BadRequest("a program's args are strings")
-    run_key = data.get("run_key")
-    return Program(data["lang"], data["code"], tuple(args), float(data.get("timeout", 30.0)), run_key)
+    return Program(data["lang"], data["code"], tuple(args), float(data.get("timeout", 30.0)), data.get("run_key"))
 
 
-def result_json(result: RunResult) -> dict[str, Any]:
-    hits = [
-        {
-            "limit": hit.limit.value,
-            "amount": hit.amount,
-            "stopped": hit.stopped,
-            "stream": hit.stream,
-            "still_running": hit.still_running,
-        }
-        for hit in result.hits
-    ]
-    return {"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code, "hits": hits}
+def ran_json(ran: Ran) -> dict[str, Any]:
+    result = ran.result
+    hits = [{**asdict(hit), "limit": hit.limit.value} for hit in result.hits]
+    return {
+        "session_id": ran.session_id,
+        "created": ran.created,
+        "result": {"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code, "hits": hits},
+        "changes": asdict(ran.changes),
+        "inputs": [asdict(p) for p in ran.inputs],
+    }
 
 
-def result_of(data: dict[str, Any]) -> RunResult:
-    hits = tuple(
-        LimitHit(Limit(h["limit"]), float(h["amount"]), bool(h["stopped"]), str(h["stream"]), bool(h["still_running"]))
-        for h in data.get("hits", [])
+def ran_of(data: dict[str, Any]) -> Ran:
+    result = data["result"]
+    hits = tuple(LimitHit(**{**h, "limit": Limit(h["limit"])}) for h in result.get("hits", []))
+    exit_code = result.get("exit_code")
+    changes = data["changes"]
+    return Ran(
+        str(data["session_id"]),
+        bool(data["created"]),
+        RunResult(str(result["stdout"]), str(result["stderr"]), None if exit_code is None else int(exit_code), hits),
+        Changes(
+            tuple(map(file_of, changes["created"])), tuple(map(file_of, changes["modified"])), tuple(changes["deleted"])
+        ),
+        tuple(Placed(**p) for p in data.get("inputs", [])),
     )
-    exit_code = data.get("exit_code")
-    return RunResult(str(data["stdout"]), str(data["stderr"]), None if exit_code is None else int(exit_code), hits)
 
 
-def error_json(exc: errors.ServiceError) -> dict[str, Any]:
-    body = exc.body()
-    body["kind"] = type(exc).__name__ if type(exc).__name__ in ERRORS else "BackendUnavailable"
-    return body
+def placement_json(placement: Placement) -> dict[str, Any]:
+    return {**asdict(placement), "access": access_params(placement.access)}
+
+
+def placement_of(data: dict[str, Any]) -> Placement:
+    try:
+        return Placement(**{**data, "access": access_of(data["access"]), "candidates": tuple(data["candidates"])})
+    except (KeyError, TypeError):
+        raise errors.BadRequest("not a placement this runner understands") from None
+
+
+# -- frames --------------------------------------------------------------------------------
+
+
+def frames(items: Iterable[tuple[dict[str, Any], Readable | None]]) -> Iterator[bytes]:
+    """Each (header, bytes) as a frame, pulled one by one, each body read to its end."""
+    for header, body in items:
+        yield json.dumps(header).encode() + b"\n"
+        while body is not None and (chunk := body.read(CHUNK)):
+            yield struct.pack(">I", len(chunk)) + chunk
+        yield struct.pack(">I", 0)
+
+
+def frames_of(read: Callable[[int], bytes]) -> Iterator[tuple[dict[str, Any], BinaryIO]]:
+    """The frames a stream carries (`read(n)` gives at most n bytes, b"" at its end), each
+    body a reader; a body the consumer left unread is skipped before the next frame."""
+    source = _Exact(read)
+    while line := source.line():
+        try:
+            header = json.loads(line)
+        except ValueError:
+            raise errors.BadRequest("a frame does not start with its JSON line") from None
+        body = _FrameBody(source)
+        yield header, cast(BinaryIO, io.BufferedReader(body))
+        while body.readinto(bytearray(CHUNK)):
+            pass
+
+
+class _Exact:
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self._read = read
+        self._left = b""
+
+    def take(self, size: int) -> bytes:
+        while len(self._left) < size:
+            more = self._read(max(size - len(self._left), CHUNK))
+            if not more:
+                raise errors.BadRequest("a frame was cut short")
+            self._left += more
+        taken, self._left = self._left[:size], self._left[size:]
+        return taken
+
+    def line(self) -> bytes:
+        while b"\n" not in self._left:
+            more = self._read(CHUNK)
+            if not more:
+                if self._left:
+                    raise errors.BadRequest("a frame was cut short")
+                return b""
+            self._left += more
+        line, _, self._left = self._left.partition(b"\n")
+        return line
+
+
+class _FrameBody(io.RawIOBase):
+    def __init__(self, source: _Exact) -> None:
+        self._source = source
+        self._chunk_left = 0
+        self._ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._ended and self._chunk_left == 0:
+            self._chunk_left = struct.unpack(">I", self._source.take(4))[0]
+            self._ended = self._chunk_left == 0
+        if self._ended:
+            return 0
+        data = self._source.take(min(len(buffer), self._chunk_left))
+        self._chunk_left -= len(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+
+# -- errors --------------------------------------------------------------------------------
 
 
 def error_of(status: int, data: Any) -> errors.ServiceError:
     """The error a runner's answer carries, as the library's own class; anything the
     runner did not say in its own words is the backend failing, which the caller may retry."""
-    kind = data.get("kind") if isinstance(data, dict) else None
-    details = data.get("details") if isinstance(data, dict) else None
-    retry_after = data.get("retry_after_seconds") if isinstance(data, dict) else None
-    cls = ERRORS.get(kind) if isinstance(kind, str) else None
+    body = data if isinstance(data, dict) else {}
+    cls = ERRORS.get(str(body.get("error")))
     if cls is errors.SessionNotFound or cls is errors.FileNotFound:
         return cls()
     if cls is None:
         reason = "refused the key" if status == 401 else f"answered {status}"
         return errors.BackendUnavailable(f"the sandbox runner {reason}", retry_after=5)
+    retry_after = body.get("retry_after_seconds")
+    details = body.get("details")
     return cls(str(details) if details else None, retry_after=int(retry_after) if retry_after else None)

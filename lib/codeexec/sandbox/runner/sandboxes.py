@@ -1,39 +1,32 @@
-"""The `runner` backend: sandboxes leased from a runner (`python -m codeexec.runner`) over HTTP.
+"""The `runner` backend: sandboxes leased from a runner (`python -m codeexec.runner`) over
+HTTP, every coarse operation of the port one request (routes in protocol.py).
 
-Every port operation crosses as one request (routes in protocol.py); the
-sandboxes, their leases and their locks are the runner's `local` backend's. What needs
-more than one request:
-
-- Opening reads the lease untouched, lets the caller's `admit` decide here, then takes a
-  use: the runner holds the session's shared lock for it (the reaper keeps away) and
-  touches it, until the context ends and the use is released. A use expires after the
-  longest a call can last, so a function that was stopped mid-call lets go.
-- The exclusive hold is a token for the session's exclusive lock, held by the runner
-  across the requests of one change, released at the end; it expires like a use.
-- `end_if` reads the lease, asks `still_due`, and ends the session only if nobody has
-  touched it since (the runner compares) and no call holds it.
+The runner answers each with the `local` backend's own operation: the session's lease,
+its use (the reaper keeps away) and its exclusive hold are taken and let go of inside the
+request, so a caller that died mid-call leaves nothing held. Access travels as data and
+the runner checks it itself: a caller it does not admit never touches the session. Inputs
+from other sessions of the runner are copied there, where the bytes are.
 """
 
 from __future__ import annotations
 
-import contextlib
+import itertools
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, cast
 from urllib.parse import quote
 
 from ... import ids
 from ...errors import BackendUnavailable, SessionNotFound, TooLarge
-from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
+from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, Sandboxes, SendTo
 from . import protocol
 from .client import ResponseReader, RunnerClient
 
 log = logging.getLogger("codeexec.runner.client")
-CHUNK = 1 << 16
 # How long the runner's /health may take to answer before it counts as not up yet.
 _HEALTH_SECONDS = 5.0
 # Compiled languages get at least this long per run (the local backend's floor).
@@ -50,120 +43,81 @@ class RunnerConfig:
 
     @property
     def call_seconds(self) -> float:
-        """The longest one call can hold a session: a run, and the copies and listings
-        around it. Uses and holds expire after this."""
+        """The longest one request may take: a run, and the copies and listings around it."""
         return 2 * max(self.run_timeout_seconds, _SLOWEST_RUN_SECONDS) + 4 * _GRACE_SECONDS
 
 
-class RunnerSandbox:
-    def __init__(self, client: RunnerClient, lease: Lease, call_seconds: float) -> None:
-        self.id = lease.session_id
-        self.lease = lease
-        self._client = client
-        self._base = f"/sessions/{lease.session_id}"
-        self._call_seconds = call_seconds
-
-    def write_file(self, path: str, data: BinaryIO, limit: int) -> None:
-        # Counted here too: an oversized body stops at once instead of being sent whole.
-        def chunks() -> Iterator[bytes]:
-            sent = 0
-            while chunk := data.read(CHUNK):
-                sent += len(chunk)
-                if sent > limit:
-                    raise TooLarge(f"the file is larger than {limit} bytes")
-                yield chunk
-
-        self._client.call("PUT", self._file(path), params={"limit": limit}, content=chunks())
-
-    def open_file(self, path: str) -> tuple[BinaryIO, FileInfo]:
-        stack = contextlib.ExitStack()
-        try:
-            response = stack.enter_context(self._client.stream("GET", self._file(path)))
-            info = FileInfo(
-                path, int(response.headers[protocol.SIZE_HEADER]), int(response.headers[protocol.MTIME_HEADER])
-            )
-        except BaseException:
-            stack.close()
-            raise
-        return cast(BinaryIO, ResponseReader(stack, response)), info
-
-    def stat(self, path: str) -> FileInfo:
-        return protocol.file_of(self._client.call("GET", f"{self._base}/stat/{quote(path)}"))
-
-    def list_files(self) -> list[FileInfo]:
-        return [protocol.file_of(item) for item in self._client.call("GET", f"{self._base}/files")]
-
-    def remove_file(self, path: str) -> None:
-        self._client.call("DELETE", self._file(path))
-
-    @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        # Waits at the runner for as long as another call may hold it, and a little more.
-        params = {"seconds": self._call_seconds, "wait": self._call_seconds}
-        answer = self._client.call(
-            "POST", f"{self._base}/holds", timeout=self._call_seconds + _GRACE_SECONDS, params=params
-        )
-        try:
-            yield
-        finally:
-            self._client.call("DELETE", f"{self._base}/holds/{answer['hold']}")
-
-    def run(self, program: Program) -> RunResult:
-        timeout = max(program.timeout, _SLOWEST_RUN_SECONDS) + _GRACE_SECONDS
-        answer = self._client.call("POST", f"{self._base}/run", timeout=timeout, json=protocol.program_json(program))
-        return protocol.result_of(answer)
-
-    def _file(self, path: str) -> str:
-        return f"{self._base}/files/{quote(path)}"
-
-
-class RunnerSessions:
+class RunnerPort(Sandboxes):
     """The port over one runner's client: what the `runner` backend is, and what the
-    `microvm` backend does once it has found a session's VM."""
+    `microvm` backend talks to once it has found a session's VM."""
 
     def __init__(self, client: RunnerClient, call_seconds: float) -> None:
         self.client = client
         self.call_seconds = call_seconds
 
-    @contextlib.contextmanager
-    def create(
-        self, owner: OwnerTag, shared: bool = False, read_only: bool = False, session_id: str | None = None
-    ) -> Iterator[RunnerSandbox]:
-        body = {"owner": {"org": owner.org, "user": owner.user}, "shared": shared, "read_only": read_only}
-        if session_id is not None:
-            body["session_id"] = session_id
-        answer = self.client.call("POST", "/sessions", json=body, params={"seconds": self.call_seconds})
-        with self._used(answer):
-            yield RunnerSandbox(self.client, protocol.lease_of(answer["lease"]), self.call_seconds)
+    def execute(self, run: Run, carried: Iterable[Carried] = ()) -> Ran:
+        frames = itertools.chain(
+            [(protocol.run_json(run), None)],
+            (({"index": c.index, "found": c.found, "read_only": c.read_only}, c.reader) for c in carried),
+        )
+        answer = self.client.call("POST", "/runs", timeout=self.call_seconds, content=protocol.frames(frames))
+        return protocol.ran_of(answer)
 
-    @contextlib.contextmanager
-    def open(self, session_id: str, admit: Callable[[Lease], bool]) -> Iterator[RunnerSandbox]:
-        if not ids.is_session_id(session_id):
-            raise SessionNotFound()
-        # Admitted here, before the use touches it: a caller it does not admit must not
-        # keep another's session alive.
-        if not admit(self.lease(session_id)):
-            raise SessionNotFound()
-        answer = self.client.call("POST", f"/sessions/{session_id}/uses", params={"seconds": self.call_seconds})
-        with self._used(answer):
-            yield RunnerSandbox(self.client, protocol.lease_of(answer["lease"]), self.call_seconds)
+    def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
+        spec = {"placement": protocol.placement_json(placement), "limit": limit}
+        bounded = (({"path": path}, _Bounded(data, limit)) for path, data in files)
+        frames: Iterable[tuple[dict[str, Any], protocol.Readable | None]] = itertools.chain([(spec, None)], bounded)
+        answer = self.client.call("POST", "/writes", timeout=self.call_seconds, content=protocol.frames(frames))
+        return str(answer["session_id"])
+
+    def list_files(self, session_id: str, access: Access) -> list[FileInfo]:
+        listing = self.client.call("GET", _session(session_id, "files"), params=protocol.access_params(access))
+        return [protocol.file_of(item) for item in listing]
+
+    def read_file(self, session_id: str, access: Access, file_id: str, send_to: SendTo | None = None) -> Opened:
+        params = {**protocol.access_params(access), "id": file_id}
+        stack, response = self.client.opened("GET", _session(session_id, "file"), params=params)
+        headers = response.headers
+        found = json.loads(headers[protocol.PATH_HEADER])
+        info = FileInfo(found, int(headers[protocol.SIZE_HEADER]), int(headers[protocol.MTIME_HEADER]))
+        return Opened(info, cast(BinaryIO, ResponseReader(stack, response)))
+
+    def stat_file(self, session_id: str, access: Access, file_id: str) -> FileInfo:
+        params = {**protocol.access_params(access), "id": file_id}
+        return protocol.file_of(self.client.call("GET", _session(session_id, "stat"), params=params))
+
+    def remove_file(self, session_id: str, access: Access, file_id: str) -> str:
+        params = {**protocol.access_params(access), "id": file_id}
+        return str(self.client.call("DELETE", _session(session_id, "file"), params=params)["path"])
+
+    def read_inputs(self, session_id: str, access: Access, inputs: Iterable[Input]) -> Iterator[Carried]:
+        wanted = [{"file_id": i.file_id, "name": i.name} for i in inputs]
+        params = protocol.access_params(access)
+        stack, response = self.client.opened("POST", _session(session_id, "reads"), params=params, json=wanted)
+        with stack:
+            reader = ResponseReader(stack, response)
+            for header, body in protocol.frames_of(reader.read):
+                yield Carried(int(header["index"]), str(header["found"]), bool(header["read_only"]), body)
+
+    def read_record(self, session_id: str, access: Access, key: str) -> bytes:
+        path = _session(session_id, "records", key)
+        return self.client.raw("GET", path, params=protocol.access_params(access))
 
     def lease(self, session_id: str) -> Lease:
-        return protocol.lease_of(self.client.call("GET", f"/sessions/{session_id}"))
+        return protocol.lease_of(self.client.call("GET", _session(session_id)))
 
     def end(self, session_id: str) -> None:
         if ids.is_session_id(session_id):
             self.client.call("DELETE", f"/sessions/{session_id}")
 
     def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
-        if not ids.is_session_id(session_id):
-            return False
         try:
             lease = self.lease(session_id)
         except SessionNotFound:
             return False
         if not still_due(lease):
             return False
+        # The runner ends it only if nobody touched it since this look, and no call holds it.
         answer = self.client.call("DELETE", f"/sessions/{session_id}", params={"if_touched_at": repr(lease.touched_at)})
         return bool(answer["ended"])
 
@@ -177,16 +131,8 @@ class RunnerSessions:
         if ids.is_file_id(run_key):  # the shape of every run key; anything else names no run
             self.client.call("POST", f"/cancels/{run_key}")
 
-    @contextlib.contextmanager
-    def _used(self, answer: dict[str, Any]) -> Iterator[None]:
-        lease = protocol.lease_of(answer["lease"])
-        try:
-            yield
-        finally:
-            self.client.call("DELETE", f"/sessions/{lease.session_id}/uses/{answer['use']}")
 
-
-class RunnerSandboxes(RunnerSessions):
+class RunnerSandboxes(RunnerPort):
     """SANDBOX_BACKEND=runner: one runner at RUNNER_URL, with its languages.
 
     The service starts whatever the runner's state (under Compose both start at once, and a
@@ -238,3 +184,24 @@ class RunnerSandboxes(RunnerSessions):
             time.sleep(1)
         log.info("the sandbox runner at %s answers", self.url)
 
+
+def _session(session_id: str, *rest: str) -> str:
+    """A session's route; an id of the wrong shape never reaches the runner."""
+    if not ids.is_session_id(session_id):
+        raise SessionNotFound()
+    return "/".join([f"/sessions/{session_id}", *(quote(part) for part in rest)])
+
+
+class _Bounded:
+    """A file's bytes counted as they go: an oversized one stops at once instead of being
+    sent whole (the runner counts too)."""
+
+    def __init__(self, data: BinaryIO, limit: int) -> None:
+        self._data, self._limit, self._sent = data, limit, 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._data.read(size)
+        self._sent += len(chunk)
+        if self._sent > self._limit:
+            raise TooLarge(f"the file is larger than {self._limit} bytes")
+        return chunk

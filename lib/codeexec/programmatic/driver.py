@@ -1,8 +1,8 @@
 """The driver of one round of a programmatic run, as it runs INSIDE the sandbox.
 
 The service sends this file's text as the round's program, with `main(<config>)` after
-it (programmatic.py): the program's code and language, its tools, the answers recorded
-so far, and a nonce. A call with a recorded answer returns it (or raises ToolError); the
+it (workflow.py): the program's code and language, its tools, the answers recorded so
+far, and a nonce. A call with a recorded answer returns it (or raises ToolError); the
 first unanswered ones are printed on a last line that starts with the nonce, and the
 round ends. Python code runs in this interpreter with top-level await; bash runs as a
 child whose tool functions reach this process over a local socket.

@@ -1,0 +1,86 @@
+"""Serving over HTTP, the same way for both servers: the embedded service (server.py) and
+the runner (runner/__main__.py), neither of which imports the other.
+
+- uvicorn as both run it: idle connections kept longer than clients keep theirs;
+- the reaper on a timer in-process (on Lambda, an EventBridge schedule runs it instead);
+- the one error response: a ServiceError's status, its JSON body and its headers, from
+  the handlers both apps register (the API adds FastAPI's own errors beside them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import uvicorn
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .errors import ServiceError
+from .reaper import reap
+from .sandbox.port import Sandboxes
+from .settings import Settings
+
+log = logging.getLogger("codeexec")
+
+# An idle connection is kept longer than clients keep theirs (Node's agent and httpx, 5 s):
+# when both close at the same moment, the client sends its next request on a socket the
+# server is closing, and the call fails without reaching the service.
+KEEP_ALIVE_SECONDS = 75
+
+Handler = Callable[[Request, Exception], Response]
+
+
+def config(app: Any, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+
+
+def server(app: Any, host: str, port: int, log_level: str = "info") -> uvicorn.Server:
+    return uvicorn.Server(config(app, host, port, log_level))
+
+
+def serve(*servers: uvicorn.Server) -> None:
+    """Serve each until the process is stopped."""
+
+    async def all_of_them() -> None:
+        await asyncio.gather(*(s.serve() for s in servers))
+
+    asyncio.run(all_of_them())
+
+
+def start_reaper(sandboxes: Sandboxes, settings: Settings) -> threading.Event:
+    """Reap every REAP_INTERVAL_SECONDS in a daemon thread; set the event to stop it."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(settings.reap_interval_seconds):
+            try:
+                reap(sandboxes, settings.idle_timeout_seconds)
+            except Exception:  # one failed pass must not end the timer
+                log.exception("reaper pass failed")
+
+    threading.Thread(target=loop, name="reaper", daemon=True).start()
+    return stop
+
+
+def error_response(exc: ServiceError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
+
+
+def error_handlers() -> Mapping[type[Exception], Handler]:
+    """The service's errors answered as themselves, anything else as a logged 500 that
+    says nothing of what failed (never a stack trace)."""
+    return {ServiceError: _service_error, Exception: _internal_error}
+
+
+def _service_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ServiceError)
+    return error_response(exc)
+
+
+def _internal_error(request: Request, exc: Exception) -> Response:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(ServiceError())

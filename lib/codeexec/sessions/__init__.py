@@ -1,0 +1,156 @@
+"""Sessions: what every route asks of a session, composed over the sandbox port.
+
+Each call is one coarse operation of the port (one request to a remote backend), given as
+data: who asks (access.py), where a run lands (placement.py), which inputs it brings
+(inputs.py); what comes back is the domain's report (outputs.py), which the API puts in
+the wire's shapes. Leases, holds and input copies happen inside the operation, at the
+backend, so what a reply reports is what its own call did. Nothing here knows HTTP.
+
+It holds no state. The caller is a parameter of every call, passed down from auth and
+never read from a request body: a caller that could name the tenant could act in another
+one. Programmatic tool calling composes these same pieces (codeexec.programmatic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from typing import BinaryIO
+
+from .. import ids
+from ..auth import Caller
+from ..errors import BadRequest, UnsupportedLanguage
+from ..large_files import LargeFiles
+from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, Sandboxes, SendTo
+from ..wire import ExecRequest, RunRequest
+from . import inputs, outputs, placement
+from .access import changing, reading, run_key
+from .outputs import Report
+
+__all__ = ["Download", "Report", "SessionLimits", "Sessions", "UploadTerms", "run_key"]
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    run_timeout_seconds: float
+    max_files_per_run: int  # files listed in one exec reply
+    max_upload_bytes: int  # one uploaded file
+
+
+@dataclass(frozen=True)
+class UploadTerms:
+    """What an upload says of its files (G2's `kind` and `read_only`, G1's `entity_id`)."""
+
+    shared: bool = False  # for everyone of the organization: an agent's files, a skill
+    read_only: bool = False  # inputs a run may change in its own copy, never hand back
+
+
+@dataclass(frozen=True)
+class Download:
+    """One file for a download: its bytes to answer with, or, for a file too large for
+    an answer, the key it was put under in the large-files bucket."""
+
+    info: FileInfo
+    reader: BinaryIO | None = None
+    key: str | None = None
+
+
+class Sessions:
+    def __init__(self, sandboxes: Sandboxes, limits: SessionLimits, large_files: LargeFiles | None = None) -> None:
+        self.sandboxes = sandboxes
+        self.limits = limits
+        self.large_files = large_files
+
+    # -- reads --------------------------------------------------------------------------
+
+    def list_files(self, caller: Caller, session_id: str) -> list[FileInfo]:
+        return self.sandboxes.list_files(session_id, reading(caller))
+
+    def download(self, caller: Caller, session_id: str, file_id: str) -> Download:
+        """The file's bytes, or, when it is large and a bucket is configured, the file put
+        in the bucket: by the sandbox itself where its backend can send files (the bytes
+        then never pass through here), else from here."""
+        large = self.large_files
+        key = large.new_key() if large else None
+        send_to = SendTo(large.put_url(key), large.from_bytes) if large and key else None
+        opened = self.sandboxes.read_file(session_id, reading(caller), file_id, send_to)
+        if opened.reader is None:
+            return Download(opened.info, key=key)
+        if large is None or key is None or not large.is_large(opened.info.size):
+            return Download(opened.info, reader=opened.reader)
+        with opened.reader:
+            large.store(opened.reader, key)
+        return Download(opened.info, key=key)
+
+    def stat(self, caller: Caller, session_id: str, file_id: str) -> FileInfo:
+        return self.sandboxes.stat_file(session_id, reading(caller), file_id)
+
+    # -- changes ------------------------------------------------------------------------
+
+    def remove(self, caller: Caller, session_id: str, file_id: str) -> str:
+        """Remove one file; returns its path."""
+        return self.sandboxes.remove_file(session_id, changing(caller), file_id)
+
+    def upload(
+        self,
+        caller: Caller,
+        session_id: str | None,
+        files: Iterable[tuple[str | None, BinaryIO]],
+        terms: UploadTerms = UploadTerms(),
+    ) -> tuple[str, list[str]]:
+        """Store every file or none; returns the session and the paths the files got.
+        Without a session id the upload leases a new session (what LibreChat does). The
+        files are pulled one by one as the backend writes them (their bodies are streams)."""
+        paths: list[str] = []
+
+        def named() -> Iterator[tuple[str, BinaryIO]]:
+            for filename, reader in files:
+                path = ids.upload_path(filename)
+                if path in paths:
+                    raise BadRequest("two files of the upload have the same path")
+                paths.append(path)
+                yield path, reader
+            if not paths:
+                raise BadRequest("the upload has no file")
+
+        if session_id:
+            where = Placement(changing(caller), (session_id,), new=False)
+        else:
+            where = Placement(changing(caller), shared=terms.shared, read_only=terms.read_only)
+        return self.sandboxes.write_files(where, named(), self.limits.max_upload_bytes), paths
+
+    def execute(
+        self, caller: Caller, request: ExecRequest, stateful: bool = False, run_key: str | None = None
+    ) -> Report:
+        """Place the session, bring the inputs in, run the program, report what it changed."""
+        program = Program(request.lang, request.code, tuple(request.args), self.limits.run_timeout_seconds, run_key)
+        self.check_language(program.lang)
+        where = placement.for_run(caller, request, stateful, self.sandboxes.named_sessions)
+        ran = self.sandboxes.execute(Run(program, where, inputs.of(request.files)))
+        return self.report(ran, request, where)
+
+    def report(self, ran: Ran, request: RunRequest, where: Placement) -> Report:
+        """The domain's answer to a run: what it wrote, what it said, and the notes on its
+        inputs and limits (also a programmatic workflow's last round's)."""
+        missing = inputs.missing(request.files, ran.inputs)
+        limits = self.limits
+        found = outputs.report(
+            ran.session_id, ran.result, ran.changes, request.files, ran.inputs, missing,
+            limits.max_files_per_run, request.lists_inherited,
+        )  # fmt: skip
+        return replace(found, runtime_status=placement.runtime_status(where, ran.created))
+
+    def check_language(self, lang: str) -> None:
+        if lang not in self.sandboxes.languages:
+            available = ", ".join(sorted(self.sandboxes.languages))
+            raise UnsupportedLanguage(f"lang '{lang}' is not available here; available: {available}")
+
+    def cancel(self, caller: Caller, request_id: str) -> None:
+        """Stop the run a client's request runs (its X-LibreChat-Code-Request-ID)."""
+        self.sandboxes.cancel(run_key(caller, request_id))
+
+    def end(self, session_id: str) -> None:
+        """End a session now instead of leaving it to the reaper. Nothing on the API calls
+        this (a session outlives its run: the reply hands back an id the next calls use),
+        but a one-shot caller such as a function invocation is over the moment it answers."""
+        self.sandboxes.end(session_id)

@@ -1,0 +1,39 @@
+"""Where a run lands, as the port's `Placement`: the backend decides in the one request.
+
+- The stateful profile: the session its hint names, one per organization, user and hint,
+  its id derived from the three (no table; another user's same hint derives another).
+- Otherwise the session the run asks for, else the ones its files live in (G1 LibreChat
+  sends no top-level session_id), the first that is the caller's own and not shared.
+  Refs to an agent's or a skill's files are never candidates: those are shared.
+- Otherwise a new session of the caller's.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .. import ids
+from ..auth import Caller
+from ..errors import ProfileMismatch
+from ..sandbox.port import Placement
+from ..wire import RunRequest
+from .access import landing
+
+
+def for_run(caller: Caller, request: RunRequest, stateful: bool, named_sessions: bool) -> Placement:
+    if stateful and not named_sessions:
+        raise ProfileMismatch("this deployment's backend cannot keep a stateful workspace")
+    if request.runtime_session_hint and named_sessions:
+        owner = caller.owner.tag()
+        named = ids.derived_id("hint", owner.org, owner.user, request.runtime_session_hint)
+        return Placement(landing(caller), named=named)
+    own = (ref.home_session for ref in request.files if ref.kind in (None, "user"))
+    candidates = tuple(dict.fromkeys(c for c in (request.session_id, *own) if c))
+    return Placement(landing(caller), candidates)
+
+
+def runtime_status(where: Placement, created: bool) -> Literal["new", "reused"] | None:
+    """The stateful profile's word on its session: made for this call, or one it reused."""
+    if where.named is None:
+        return None
+    return "new" if created else "reused"
