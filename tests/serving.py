@@ -11,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from codeexec.connections import HeaderDeadline
 from codeexec.runner.app import Runner, create_runner_app
 from codeexec.runner.build import build_runner
 from codeexec.server import KEEP_ALIVE_SECONDS
@@ -30,7 +31,9 @@ def serving(app: Any, host: str = "127.0.0.1", port: int | None = None) -> Itera
     """Serve `app` until the block ends; yields its base URL (no trailing slash)."""
     port = port or free_port(host)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS)
+        uvicorn.Config(
+            app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS, http=HeaderDeadline
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

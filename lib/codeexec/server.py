@@ -15,6 +15,7 @@ import uvicorn
 from pydantic import SecretStr
 
 from .api.app import create_app
+from .connections import HeaderDeadline
 from .reaper import reap
 from .sandbox.port import Sandboxes
 from .settings import Settings
@@ -40,7 +41,9 @@ def main() -> None:
     app = create_app(settings)
     start_reaper(app.state.service.sessions.sandboxes, settings)
     print(f"Code interpreter on http://{host}:{port}/v1 (backend: {settings.sandbox_backend})", flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    uvicorn.run(
+        app, host=host, port=port, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS, http=HeaderDeadline
+    )
 
 
 def start_reaper(sandboxes: Sandboxes, settings: Settings) -> threading.Event:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
@@ -82,6 +82,7 @@ class Where:
 
     sandbox: Sandbox
     runtime_status: Literal["new", "reused"] | None = None  # for a hinted session
+    made: bool = False  # leased for this call
 
     @property
     def runtime_session_id(self) -> str | None:
@@ -109,12 +110,19 @@ class Download:
 
 class Sessions:
     def __init__(
-        self, sandboxes: Sandboxes, limits: SessionLimits, tokens: Tokens, large_files: LargeFiles | None = None
+        self,
+        sandboxes: Sandboxes,
+        limits: SessionLimits,
+        tokens: Tokens,
+        large_files: LargeFiles | None = None,
+        run_slot: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         self.sandboxes = sandboxes
         self.limits = limits
         self.tokens = tokens
         self.large_files = large_files
+        # Taken once a run holds its session: a call waiting for its session holds none.
+        self._run_slot = run_slot
 
     # -- reads --------------------------------------------------------------------------
 
@@ -162,20 +170,32 @@ class Sessions:
         self,
         caller: Caller,
         session_id: str | None,
-        files: Sequence[tuple[str | None, BinaryIO]],
+        files: Iterable[tuple[str | None, BinaryIO]],
         terms: UploadTerms = UploadTerms(),
     ) -> tuple[str, list[str]]:
         """Store every file or none; returns the session and the paths the files got.
+        `files` is taken lazily, each reader read to its end before the next pair (a
+        streamed upload's parts): a file that fails removes those written before it.
         Without a session id the upload leases a new session (what LibreChat does)."""
-        paths = [ids.upload_path(name) for name, _ in files]
-        if len(set(paths)) < len(paths):
-            raise BadRequest("two files of the upload have the same path")
+        paths: list[str] = []
         new_session = None
         try:
             with self._open_or_create(caller, session_id, terms) as sandbox, sandbox.exclusive():
                 new_session = None if session_id else sandbox.id
-                for path, (_, data) in zip(paths, files, strict=True):
-                    sandbox.write_file(path, data, self.limits.max_upload_bytes)
+                try:
+                    for name, data in files:
+                        path = ids.upload_path(name)
+                        if path in paths:
+                            raise BadRequest("two files of the upload have the same path")
+                        sandbox.write_file(path, data, self.limits.max_upload_bytes)
+                        paths.append(path)
+                    if not paths:
+                        raise BadRequest("the upload has no file (a form part named 'file' or 'files')")
+                except BaseException:
+                    for path in paths:
+                        with contextlib.suppress(FileNotFound):
+                            sandbox.remove_file(path)
+                    raise
         except BaseException:
             if new_session:  # a session leased for a failed upload would hold nothing: end it
                 self.sandboxes.end(new_session)
@@ -187,7 +207,7 @@ class Sessions:
     ) -> ExecReply:
         """Lease the session, put the inputs in, run the program, report what it changed."""
         program = self._program(request, run_key)
-        with self._lease_for_run(caller, request, stateful) as where, where.sandbox.exclusive():
+        with self._lease_for_run(caller, request, stateful) as where, where.sandbox.exclusive(), self._run_slot():
             sandbox = where.sandbox
             missing, placed = self._copy_inputs(caller, sandbox, request.files)
             before = sandbox.list_files()
@@ -216,7 +236,7 @@ class Sessions:
             raise BadRequest("a first round needs the program's code (or a continuation_token)")
         timeout = min((request.timeout or 1e9) / 1000, self.limits.run_timeout_seconds)
         tools = tools_from(request.tools, lang)
-        with self._lease_for_run(caller, request, stateful) as where, where.sandbox.exclusive():
+        with self._lease_for_run(caller, request, stateful) as where, where.sandbox.exclusive(), self._run_slot():
             sandbox = where.sandbox
             missing, placed = self._copy_inputs(caller, sandbox, request.files)
             workflow = Workflow(ids.new_session_id(), lang, request.code, tools, timeout, sandbox.list_files())
@@ -227,7 +247,7 @@ class Sessions:
     ) -> ProgrammaticReply:
         """The next round, with the client's answers to the last one's calls."""
         workflow_id, session_id, round_ = self.tokens.verify(request.continuation_token or "", caller.owner.tag())
-        with self._open(session_id, _may_land(caller)) as sandbox, sandbox.exclusive():
+        with self._open(session_id, _may_land(caller)) as sandbox, sandbox.exclusive(), self._run_slot():
             workflow = _workflow(sandbox, workflow_id)
             if workflow.done:
                 raise Conflict("that program has completed: its continuation token is spent")
@@ -328,10 +348,16 @@ class Sessions:
             raise ProfileMismatch("this deployment's backend cannot keep a stateful workspace")
         with contextlib.ExitStack() as stack:
             if request.runtime_session_hint and self.sandboxes.named_sessions:
-                yield self._hinted(stack, caller, request.runtime_session_hint)
-                return
-            own = (ref.home_session for ref in request.files if ref.kind in (None, "user"))
-            yield Where(self._enter_first(stack, caller, [request.session_id, *own]))
+                where = self._hinted(stack, caller, request.runtime_session_hint)
+            else:
+                where = self._enter_first(stack, caller, named_sessions(request))
+            try:
+                yield where
+            except BaseException:
+                if where.made:  # the call failed, refused a run slot say: nobody learnt its id
+                    stack.close()
+                    self.sandboxes.end(where.sandbox.id)
+                raise
 
     def _hinted(self, stack: contextlib.ExitStack, caller: Caller, hint: str) -> Where:
         """One session per organization, user and hint, its id derived from the three: no
@@ -342,14 +368,14 @@ class Sessions:
             with contextlib.suppress(SessionNotFound):
                 return Where(stack.enter_context(self._open(session_id, _may_land(caller))), "reused")
             with contextlib.suppress(Conflict):
-                return Where(stack.enter_context(self.sandboxes.create(owner, session_id=session_id)), "new")
+                return Where(stack.enter_context(self.sandboxes.create(owner, session_id=session_id)), "new", made=True)
         raise Conflict("the conversation's session is busy being made; try again")
 
-    def _enter_first(self, stack: contextlib.ExitStack, caller: Caller, candidates: list[str | None]) -> Sandbox:
-        for session_id in dict.fromkeys(c for c in candidates if c):
+    def _enter_first(self, stack: contextlib.ExitStack, caller: Caller, candidates: list[str]) -> Where:
+        for session_id in candidates:
             with contextlib.suppress(SessionNotFound):
-                return stack.enter_context(self._open(session_id, _may_land(caller)))
-        return stack.enter_context(self.sandboxes.create(caller.owner.tag()))
+                return Where(stack.enter_context(self._open(session_id, _may_land(caller))))
+        return Where(stack.enter_context(self.sandboxes.create(caller.owner.tag())), made=True)
 
     # -- input copies ---------------------------------------------------------------------
 
@@ -389,6 +415,13 @@ class Sessions:
             if origin is not sandbox or target != info.path:
                 sandbox.write_file(target, reader, _ANY_SIZE)
         return outputs.Placed(ref, target, origin.lease.read_only)
+
+
+def named_sessions(request: RunRequest) -> list[str]:
+    """The sessions a run may land in, in the order it tries them: the one it asks for,
+    then those its own files live in (refs of an agent's or a skill's are shared)."""
+    own = (ref.home_session for ref in request.files if ref.kind in (None, "user"))
+    return list(dict.fromkeys(s for s in (request.session_id, *own) if s))
 
 
 def _find(sandbox: Sandbox, file_id: str) -> FileInfo | None:

@@ -49,9 +49,9 @@ def create_app(
     if settings.large_files_bucket:
         large_files = LargeFiles(settings.large_files_bucket, settings.large_files_from_bytes)
     tokens = Tokens(_token_secret(settings, api_key))
-    sessions = Sessions(sandboxes or make_sandboxes(settings), limits, tokens, large_files)
     runs = settings.max_concurrent_runs or default_runs(settings.run_memory_bytes)
     admission = Admission(runs, settings.max_concurrent_uploads)
+    sessions = Sessions(sandboxes or make_sandboxes(settings), limits, tokens, large_files, admission.run_slot)
     app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None)
     app.state.service = Service(settings, sessions, make_authenticator(settings, api_key), admission)
     for module in (health, execute, programmatic, files):

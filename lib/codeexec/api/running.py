@@ -15,7 +15,8 @@ from pydantic import BaseModel
 
 from ..auth import Caller
 from ..errors import ServiceError
-from ..sessions import run_key
+from ..sessions import named_sessions, run_key
+from ..wire import RunRequest
 
 PROFILE_HEADER = "x-codeapi-expected-profile"
 REQUEST_ID_HEADER = "x-librechat-code-request-id"
@@ -28,9 +29,19 @@ def stateful(request: Request) -> bool:
 
 
 def cancel_key(request: Request, caller: Caller) -> str | None:
-    """The run key of the client's request id, which a cancel names it by."""
+    """The run key of the client's request id, which a cancel names it by. Bound to the
+    credential, not to a user a body names: a key holder's cancel names no user, and the
+    organization's server may stop any run it started, for whichever user."""
     request_id = request.headers.get(REQUEST_ID_HEADER)
     return run_key(caller, request_id) if request_id else None
+
+
+def named_session(body: RunRequest) -> str | None:
+    """The session a run names before it runs (its hint's, the one it asks for, its first
+    own file's): the one whose turn it may wait for. None: it will lease a new one."""
+    if body.runtime_session_hint:
+        return f"hint:{body.runtime_session_hint}"
+    return next(iter(named_sessions(body)), None)
 
 
 async def answer(run: Future[Reply], keepalive: float) -> Response:

@@ -14,6 +14,7 @@ import os
 
 import uvicorn
 
+from ..connections import HeaderDeadline
 from ..server import KEEP_ALIVE_SECONDS, start_reaper
 from ..settings import Settings
 from .app import create_runner_app
@@ -33,7 +34,12 @@ def main() -> None:
     servers = [
         uvicorn.Server(
             uvicorn.Config(
-                create_runner_app(runner), host=host, port=port, log_level="info", timeout_keep_alive=KEEP_ALIVE_SECONDS
+                create_runner_app(runner),
+                host=host,
+                port=port,
+                log_level="info",
+                timeout_keep_alive=KEEP_ALIVE_SECONDS,
+                http=HeaderDeadline,
             )
         )
     ]
@@ -41,7 +47,9 @@ def main() -> None:
     if hook_port:  # in a MicroVM: the key and the session arrive with the run hook
         from .hooks import create_hook_app
 
-        hooks = uvicorn.Config(create_hook_app(runner), host=host, port=int(hook_port), log_level="info")
+        hooks = uvicorn.Config(
+            create_hook_app(runner), host=host, port=int(hook_port), log_level="info", http=HeaderDeadline
+        )
         servers.append(uvicorn.Server(hooks))
     print(f"Sandbox runner on http://{host}:{port} (root: {settings.sandbox_root})", flush=True)
 

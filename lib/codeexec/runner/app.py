@@ -20,7 +20,6 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, BinaryIO, TypeVar, cast
 
-import anyio.from_thread
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -33,6 +32,7 @@ from ..errors import BackendUnavailable, BadRequest, ServiceError, SessionNotFou
 from ..sandbox.local import LocalSandbox, LocalSandboxes
 from ..sandbox.port import Lease, OwnerTag
 from ..sandbox.runner import protocol
+from ..streams import StreamReader
 from .holds import Holds, acquire_or_abandon
 
 log = logging.getLogger("codeexec.runner")
@@ -275,7 +275,7 @@ async def _write(request: Request) -> Response:
     if "limit" not in request.query_params:
         raise BadRequest("a write names its size limit")
     limit = int(_number(request, "limit", 0))
-    body = cast(BinaryIO, _StreamedBody(request.stream()))
+    body = cast(BinaryIO, StreamReader(request.stream()))
     await _in_session(request, lambda sandbox: sandbox.write_file(path, body, limit))
     return JSONResponse({"written": path})
 
@@ -319,30 +319,6 @@ async def _run(request: Request) -> Response:
 async def _cancel(request: Request) -> Response:
     await run_in_threadpool(_runner(request).sandboxes.cancel, request.path_params["run_key"])
     return JSONResponse({"cancelled": True})
-
-
-class _StreamedBody:
-    """A request body as the file-like object the port's write_file reads, pulled from the
-    event loop chunk by chunk by the worker thread that writes: never held whole."""
-
-    def __init__(self, stream: AsyncIterator[bytes]) -> None:
-        self._stream = stream
-        self._buffer = b""
-        self._done = False
-
-    def read(self, size: int = -1) -> bytes:
-        while not self._done and (size < 0 or len(self._buffer) < size):
-            try:
-                self._buffer += anyio.from_thread.run(self._next)
-            except StopAsyncIteration:
-                self._done = True
-        if size < 0:
-            size = len(self._buffer)
-        chunk, self._buffer = self._buffer[:size], self._buffer[size:]
-        return chunk
-
-    async def _next(self) -> bytes:
-        return await self._stream.__anext__()
 
 
 def _service_error(request: Request, exc: Exception) -> Response:

@@ -7,7 +7,7 @@ from fastapi.responses import Response
 
 from ...wire import ExecRequest
 from ..dependencies import CallerDep, ServiceDep
-from ..running import answer, cancel_key, stateful
+from ..running import answer, cancel_key, named_session, stateful
 
 EXEC_PATH = "/v1/exec"
 
@@ -16,7 +16,8 @@ router = APIRouter()
 
 @router.post(EXEC_PATH)
 async def execute(body: ExecRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
-    caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
     profile, key = stateful(request), cancel_key(request, caller)
-    run = service.admission.start_run(lambda: service.sessions.execute(caller, body, profile, key))
+    caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
+    work = lambda: service.sessions.execute(caller, body, profile, key)  # noqa: E731
+    run = service.admission.start_run(caller.owner.tag(), named_session(body), work)
     return await answer(run, service.settings.exec_keepalive_seconds)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ...wire import ProgrammaticRequest, Text
 from ..dependencies import CallerDep, ServiceDep
-from ..running import answer, cancel_key, stateful
+from ..running import answer, cancel_key, named_session, stateful
 
 PROGRAMMATIC_PATH = "/v1/exec/programmatic"
 CANCEL_PATH = "/v1/exec/programmatic/cancel"
@@ -28,16 +28,16 @@ class CancelRequest(BaseModel):
 
 @router.post(PROGRAMMATIC_PATH)
 async def programmatic(body: ProgrammaticRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
-    caller = caller.named(body.user_id)
     profile, key = stateful(request), cancel_key(request, caller)
+    caller = caller.named(body.user_id)
     if workspace := request.headers.get(WORKSPACE_HEADER):
         # The bash tool's attached workspace: a session of its own per user, as a hint's.
         body.runtime_session_hint, profile = f"workspace:{workspace}", True
-    sessions = service.sessions
+    sessions, admit = service.sessions, service.admission.start_run
     if body.continuation_token:
-        run = service.admission.start_run(lambda: sessions.continue_program(caller, body, key))
+        run = admit(caller.owner.tag(), None, lambda: sessions.continue_program(caller, body, key))
     else:
-        run = service.admission.start_run(lambda: sessions.start_program(caller, body, profile, key))
+        run = admit(caller.owner.tag(), named_session(body), lambda: sessions.start_program(caller, body, profile, key))
     return await answer(run, service.settings.exec_keepalive_seconds)
 
 
