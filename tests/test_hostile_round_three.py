@@ -359,7 +359,7 @@ def test_a_file_that_cannot_be_cloned_is_still_served_and_copied(api: httpx.Clie
 def test_a_token_without_sub_is_not_the_organizations_server(settings: Settings, tmp_path: Path) -> None:
     issuer = Issuer(tmp_path / "jwks.json")
     issuer.add_key(KID, "EdDSA")
-    app = create_app(g2_settings(settings, issuer))
+    app = create_app(g2_settings(settings, issuer).model_copy(update={"code_exec_org": TENANT}))
     server = TestClient(app, headers=KEY)  # the organization's server: the key, no user
     session = server.post("/v1/upload", files={"file": ("report.csv", b"a,b\n")}).json()["session_id"]
     now = int(time.time())
