@@ -21,7 +21,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from ..errors import BadRequest
-from ..streams import StreamReader
+from ..streams import ChunkReader
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -33,7 +33,7 @@ _FIELDS = 64  # fields in a form at most
 _END = b""  # the event that ends a part's data (a data event is never empty)
 
 
-def fields_then_files(content_type: str, body: StreamReader) -> tuple[dict[str, str], Iterator[tuple[str, BinaryIO]]]:
+def fields_then_files(content_type: str, body: ChunkReader) -> tuple[dict[str, str], Iterator[tuple[str, BinaryIO]]]:
     """The form's fields, read up to its first file; then its files, lazily, each a
     reader to be read to its end before the next is asked for."""
     parts = Form(content_type, body).parts()
@@ -64,13 +64,14 @@ def fields_then_files(content_type: str, body: StreamReader) -> tuple[dict[str, 
 class Form:
     """A multipart/form-data body, its parts in order, read as they are asked for."""
 
-    def __init__(self, content_type: str, body: StreamReader) -> None:
+    def __init__(self, content_type: str, body: ChunkReader) -> None:
         kind, options = parse_options_header(content_type)
         if kind != b"multipart/form-data" or not options.get(b"boundary"):
             raise BadRequest("an upload is a multipart/form-data body")
         self._body = body
         self._events: deque[bytes | dict[bytes, bytes]] = deque()  # a part's headers, its data, _END
         self._done = False
+        self._closed = False  # its last boundary came: a body that ends before it is cut short
         headers: dict[bytes, bytes] = {}
         field: list[bytes] = []
 
@@ -89,13 +90,13 @@ class Form:
             "on_headers_finished": headers_done,
             "on_part_data": lambda data, start, end: self._events.append(data[start:end]) if end > start else None,
             "on_part_end": lambda: self._events.append(_END),
+            "on_end": lambda: setattr(self, "_closed", True),
         }
         self._parser = MultipartParser(options[b"boundary"], callbacks)
 
     def parts(self) -> Iterator[Part]:
         while (headers := self._next()) is not None:
-            if not isinstance(headers, dict):
-                continue  # the rest of a part nobody read
+            assert isinstance(headers, dict)  # the part before was read to its end
             _, options = parse_options_header(headers.get(b"content-disposition"))
             filename = options.get(b"filename")
             part = Part(self, _text(options.get(b"name", b"")), None if filename is None else _text(filename))
@@ -118,37 +119,26 @@ class Form:
                     self._done = True
             except MultipartParseError:
                 raise BadRequest("the multipart form is malformed") from None
+        if self._done and not self._closed:  # else a file cut short would be stored as whole
+            raise BadRequest("the multipart form ends before its last boundary")
         return self._events.popleft() if self._events else None
 
 
-class Part:
-    """One part of a form; a file part is read as a file (`read`)."""
+class Part(ChunkReader):
+    """One part of a form; a file part is read as a file."""
 
     def __init__(self, form: Form, name: str, filename: str | None) -> None:
+        super().__init__(form.data)
         self.name = name
         self.filename = filename
-        self._form = form
-        self._buffer = b""
-        self._ended = False
 
     @property
     def is_file(self) -> bool:
         return self.filename is not None and self.name in FILE_FIELDS
 
-    def read(self, size: int = -1) -> bytes:
-        while not self._ended and (size < 0 or len(self._buffer) < size):
-            chunk = self._form.data()
-            self._ended = chunk == _END
-            self._buffer += chunk
-        if size < 0:
-            size = len(self._buffer)
-        chunk, self._buffer = self._buffer[:size], self._buffer[size:]
-        return chunk
-
     def skip(self) -> None:
-        self._buffer = b""
-        while not self._ended:
-            self._ended = self._form.data() == _END
+        while self.read(_CHUNK):
+            pass
 
     def text(self) -> str:
         value = self.read(_FIELD_BYTES + 1)

@@ -32,7 +32,7 @@ from ..errors import BackendUnavailable, BadRequest, ServiceError, SessionNotFou
 from ..sandbox.local import LocalSandbox, LocalSandboxes
 from ..sandbox.port import Lease, OwnerTag
 from ..sandbox.runner import protocol
-from ..streams import StreamReader
+from ..streams import request_body
 from .holds import Holds, acquire_or_abandon
 
 log = logging.getLogger("codeexec.runner")
@@ -275,7 +275,7 @@ async def _write(request: Request) -> Response:
     if "limit" not in request.query_params:
         raise BadRequest("a write names its size limit")
     limit = int(_number(request, "limit", 0))
-    body = cast(BinaryIO, StreamReader(request.stream()))
+    body = cast(BinaryIO, request_body(request.stream()))
     await _in_session(request, lambda sandbox: sandbox.write_file(path, body, limit))
     return JSONResponse({"written": path})
 

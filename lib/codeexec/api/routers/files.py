@@ -18,7 +18,7 @@ from ... import ids
 from ...auth import Caller
 from ...sandbox.port import FileInfo
 from ...sessions import UploadTerms
-from ...streams import StreamReader
+from ...streams import request_body
 from ...wire import BatchUploadedFile, BatchUploadReply, UploadedFile, UploadReply
 from .. import uploads
 from ..dependencies import CallerDep, Service, ServiceDep
@@ -103,7 +103,7 @@ async def _receive_upload(request: Request, service: Service, caller: Caller) ->
     # only with a slot, as it arrives, into the session (uploads.py).
     caller = caller.named(request.headers.get("user-id"))
     query_session = request.query_params.get("session_id")
-    body = StreamReader(request.stream())
+    body = request_body(request.stream())
 
     def store() -> tuple[str, list[str]]:
         form, files = uploads.fields_then_files(request.headers.get("content-type", ""), body)
