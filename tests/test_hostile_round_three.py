@@ -162,7 +162,7 @@ def test_one_user_cannot_take_the_run_slots_from_another(settings: Settings) -> 
             statuses = sorted(h.result().status_code for h in hogs)
         assert (chat.status_code, chat.json()["stdout"]) == (200, "hi\n")
         assert answered - asked < 3  # while every run of the hog still sleeps
-        assert statuses == [200] * 2 + [429] * 6  # its share: half the slots while it is alone
+        assert statuses == [200] * 3 + [429] * 5  # its share alone: all but the slot kept for the next user
         first_run_done = min(t for t, status in finished if status == 200)
         assert max(t for t, status in finished if status == 429) < first_run_done  # refused at once
 
@@ -228,9 +228,9 @@ def test_a_stalled_upload_holds_no_host_disk_and_ends(
     answers = [conn.recv(4096).decode(errors="replace").split("\r\n", 1)[0] for conn in conns]
     for conn in conns:
         conn.close()
-    # One user alone has half the upload slots; the others were refused before their body
-    # was read, the two admitted cut once their body stopped arriving.
-    assert sorted(answers) == ["HTTP/1.1 408 Request Timeout"] * 2 + ["HTTP/1.1 429 Too Many Requests"] * 4
+    # A session takes three uploads at once: the others were refused before their body was
+    # read, the three admitted cut once their body stopped arriving.
+    assert sorted(answers) == ["HTTP/1.1 408 Request Timeout"] * 3 + ["HTTP/1.1 429 Too Many Requests"] * 3
     listing = api.get(f"/v1/files/{session}", params={"detail": "summary"}).json()
     assert [f["path"] for f in listing] == ["keep.txt"]
     assert [p.name for p in (sandbox_root / session / "data").iterdir()] == ["keep.txt"]  # no partial file

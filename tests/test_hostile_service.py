@@ -185,8 +185,8 @@ def test_uploads_waiting_for_a_busy_session_are_bounded(api: httpx.Client) -> No
         uploads = list(pool.map(upload_once, range(8)))
         assert api.get("/health").status_code == 200
         running.result()
-    # One user alone has half the 4 upload slots; the rest is refused at once.
-    assert sorted(u.status_code for u in uploads) == [200] * 2 + [429] * 6
+    # One user alone has 3 of the 4 upload slots (one is kept for whoever comes next).
+    assert sorted(u.status_code for u in uploads) == [200] * 3 + [429] * 5
 
 
 def test_a_long_run_keeps_its_connection_alive(settings: Settings) -> None:

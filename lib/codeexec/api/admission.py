@@ -5,10 +5,12 @@ may wait for a run in its session. So each kind has a bounded number of slots, a
 that cannot have one is refused at once (429 with a retry hint), never queued.
 
 First come, first served holds only within a share, so that no caller can take the host:
-- a user (one of an organization's; the key holder that names none is one too) may have
-  at most a share of a kind's slots in flight: half of them while no other user has a
-  call in flight, a third with one other, 1/(k+2) with k others, so whoever comes next
-  finds a slot free however many calls one user sends;
+- a quarter of a kind's slots is kept for whoever comes next, and the rest is split
+  evenly between the users with calls in flight: a user (one of an organization's; the
+  key holder that names none is one too) may have at most its part in flight, three
+  quarters of the slots while it is alone, so a newcomer finds a slot free however many
+  calls one user sends (without a queue, or a run stopped for it, only a free slot serves
+  a newcomer at once);
 - a session at most SESSION_CALLS calls in flight: one runs, the others wait their turn;
 - a run takes its slot only once it holds its session (`run_slot`, entered by sessions.py
   inside the session's exclusive hold): a call waiting for a session that another call
@@ -57,8 +59,9 @@ class Shares:
         self._lock = threading.Lock()
 
     def share(self, user: Hashable) -> int:
-        others = len(self._users) - (user in self._users)
-        return max(1, self.slots // (others + 2))
+        users = len(self._users) + (user not in self._users)
+        kept = max(1, self.slots // 4) if self.slots > 1 else 0  # for whoever comes next
+        return max(1, (self.slots - kept) // users)
 
     def enter(self, user: Hashable, session: str | None) -> Callable[[], None]:
         """Count a call in, or RateLimited; returns what counts it out."""
