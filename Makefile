@@ -58,7 +58,8 @@ runner: install
 	RUNNER_KEY=$${RUNNER_KEY} $(BIN)/python -m codeexec.runner
 
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
-# one reaper pass over 10,000 leases, the service under more than it takes on, and the round
+# one reaper pass over 10,000 leases, the service under more than it takes on, one user
+# beside another that keeps every run it may going (fairness_bench.py), and the round
 # trips a call makes to a runner 25 ms away (a delaying proxy on loopback). It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
 # PATH) when there is one, in a venv of its own holding the layer's requirements.
@@ -72,6 +73,7 @@ bench: install
 	$(BIN)/python bench/interpreters_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/reaper_bench.py
 	$(BIN)/python bench/load_bench.py
+	$(BIN)/python bench/fairness_bench.py
 	$(BIN)/python bench/round_trips_bench.py
 
 lint: $(VENV)/.installed

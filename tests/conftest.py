@@ -77,6 +77,9 @@ def settings(sandbox_root: Path) -> Settings:
         run_timeout_seconds=20,
         # Small enough that a test can send one byte more than the limit.
         max_upload_bytes=5 << 20,
+        # The same run slots on every machine: how many calls of one user are taken on at
+        # once is a share of them.
+        max_concurrent_runs=8,
         warm_python=WARM_PYTHON,
         warm_sandboxes=WARM_PYTHON,
     )

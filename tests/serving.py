@@ -11,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from codeexec.connections import HeaderDeadline
 from codeexec.runner.app import Runner, create_runner_app
 from codeexec.runner.build import build_runner
 from codeexec.serving import KEEP_ALIVE_SECONDS
@@ -31,7 +32,8 @@ def serving(app: Any, host: str = "127.0.0.1", port: int | None = None, certfile
     certificate file (its key, then its chain), over TLS."""
     port = port or free_port(host)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS, ssl_certfile=certfile
+        app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS, ssl_certfile=certfile,
+        http=HeaderDeadline,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -91,6 +91,12 @@ class FileNotFound(ServiceError):
         super().__init__()
 
 
+class RequestTimeout(ServiceError):
+    status = 408
+    error = "Request timeout"
+    default_details = "the request's body stopped arriving"
+
+
 class Conflict(ServiceError):
     status = 409
     error = "Conflict"

@@ -1,7 +1,8 @@
 """Serving over HTTP, the same way for both servers: the embedded service (server.py) and
 the runner (runner/__main__.py), neither of which imports the other.
 
-- uvicorn as both run it: idle connections kept longer than clients keep theirs;
+- uvicorn as both run it: idle connections kept longer than clients keep theirs, and
+  connections whose request headers never finish dropped (connections.py);
 - the reaper on a timer in-process (on Lambda, an EventBridge schedule runs it instead);
 - the one error response: a ServiceError's status, its JSON body and its headers, from
   the handlers both apps register (the API adds FastAPI's own errors beside them).
@@ -19,6 +20,7 @@ import uvicorn
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .connections import HeaderDeadline
 from .errors import ServiceError
 from .reaper import reap
 from .sandbox.port import Sandboxes
@@ -35,7 +37,9 @@ Handler = Callable[[Request, Exception], Response]
 
 
 def config(app: Any, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_keep_alive=KEEP_ALIVE_SECONDS)
+    return uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, timeout_keep_alive=KEEP_ALIVE_SECONDS, http=HeaderDeadline
+    )
 
 
 def server(app: Any, host: str, port: int, log_level: str = "info") -> uvicorn.Server:

@@ -37,7 +37,7 @@ FETCH_TIMEOUT_SECONDS = 5
 @dataclass(frozen=True)
 class Identity:
     org: str
-    user: str  # the token's `sub`; "" when it names none
+    user: str  # the token's `sub`, never empty
 
 
 class InvalidToken(Exception):
@@ -124,7 +124,11 @@ class TokenVerifier:
         if not isinstance(org, str) or not org:
             raise InvalidToken(f"the bearer token has no '{self._org_claim}' claim naming an organization")
         sub = claims.get("sub")
-        return Identity(org, sub if isinstance(sub, str) else "")
+        if not isinstance(sub, str) or not sub:
+            # Naming no user, it would be a key holder naming none: the organization's own
+            # server, which reads and changes every session of the organization.
+            raise InvalidToken("the bearer token has no 'sub' claim naming its user")
+        return Identity(org, sub)
 
 
 def _reason(exc: Exception) -> str:

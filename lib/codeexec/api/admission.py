@@ -1,10 +1,23 @@
-"""Admission control: how many calls of each kind this process takes on at once.
+"""Admission control: which calls this process takes on at once, and fairly between users.
 
-Runs hold a sandbox, memory and a core for seconds; an upload may wait for a run in its
-session. So each has a bounded number of slots, and a call that finds none is refused
-at once with a 429 and a retry hint, never queued behind the others. Runs go to threads
-of their own, so however many there are, downloads, listings and /health (which needs
-no thread at all) always find one.
+Runs hold a sandbox, memory and a core for seconds; an upload holds its body's stream and
+may wait for a run in its session. So each kind has a bounded number of slots, and a call
+that cannot have one is refused at once (429 with a retry hint), never queued.
+
+First come, first served holds only within a share, so that no caller can take the host:
+- a quarter of a kind's slots is kept for whoever comes next, and the rest is split
+  evenly between the users with calls in flight: a user (one of an organization's; the
+  key holder that names none is one too) may have at most its part in flight, three
+  quarters of the slots while it is alone, so a newcomer finds a slot free however many
+  calls one user sends (without a queue, or a run stopped for it, only a free slot serves
+  a newcomer at once);
+- a session at most SESSION_CALLS calls in flight: one runs, the others wait their turn;
+- a run takes its slot only once it holds its session (`run_slot`, entered by sessions.py
+  inside the session's exclusive hold): a call waiting for a session that another call
+  holds waits in a thread, holding no slot, and counts in its user's share, so those
+  waiting are bounded too.
+Runs go to threads of their own, so however many there are, downloads, listings and
+/health (which needs no thread at all) always find one.
 """
 
 from __future__ import annotations
@@ -12,7 +25,8 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
@@ -22,6 +36,8 @@ T = TypeVar("T")
 # Memory the service keeps for itself before it counts runs' memory.
 _RESERVE_BYTES = 1 << 30
 _RUNS_PER_CORE = 4  # most runs wait on little: a core each would leave cores idle
+SESSION_CALLS = 3
+_RETRY_SECONDS = 2
 
 
 def default_runs(memory_bytes: int) -> int:
@@ -31,30 +47,89 @@ def default_runs(memory_bytes: int) -> int:
     return max(1, min(_RUNS_PER_CORE * (os.cpu_count() or 1), by_memory))
 
 
+class Shares:
+    """The calls of one kind in flight, counted by user and by session against its slots."""
+
+    def __init__(self, kind: str, slots: int, most: int) -> None:
+        self.kind = kind
+        self.slots = slots
+        self._most = most  # calls in flight at most, whoever makes them
+        self._users: Counter[Hashable] = Counter()
+        self._sessions: Counter[Hashable] = Counter()
+        self._lock = threading.Lock()
+
+    def share(self, user: Hashable) -> int:
+        users = len(self._users) + (user not in self._users)
+        kept = max(1, self.slots // 4) if self.slots > 1 else 0  # for whoever comes next
+        return max(1, (self.slots - kept) // users)
+
+    def enter(self, user: Hashable, session: str | None) -> Callable[[], None]:
+        """Count a call in, or RateLimited; returns what counts it out."""
+        named = (user, session) if session else None
+        with self._lock:
+            self._refuse(user, named)
+            self._users[user] += 1
+            if named:
+                self._sessions[named] += 1
+
+        def leave() -> None:
+            with self._lock:
+                self._users -= Counter({user: 1})  # a count that reaches 0 is dropped
+                if named:
+                    self._sessions -= Counter({named: 1})
+
+        return leave
+
+    def _refuse(self, user: Hashable, named: Hashable | None) -> None:
+        held, kind = self._users[user], self.kind
+        if held >= self.share(user):
+            raise RateLimited(
+                f"this user has {held} {kind}s in flight, its share of the {self.slots} {kind} slots while"
+                " others may need them; try again shortly",
+                retry_after=_RETRY_SECONDS,
+            )
+        if named and self._sessions[named] >= SESSION_CALLS:
+            raise RateLimited(f"this session has {SESSION_CALLS} {kind}s in flight already", retry_after=_RETRY_SECONDS)
+        if self._users.total() >= self._most:
+            raise RateLimited(f"all {self.slots} {kind} slots are taken; try again shortly", retry_after=_RETRY_SECONDS)
+
+
 class Admission:
     def __init__(self, runs: int, uploads: int) -> None:
-        self._runs = threading.BoundedSemaphore(runs)
-        self._uploads = threading.BoundedSemaphore(uploads)
-        self._run_threads = ThreadPoolExecutor(max_workers=runs, thread_name_prefix="run")
         self.runs = runs
+        # As many again may wait for their sessions, holding no slot.
+        self._run_calls = Shares("run", runs, most=2 * runs)
+        self._run_slots = threading.BoundedSemaphore(runs)
+        self._run_threads = ThreadPoolExecutor(max_workers=2 * runs, thread_name_prefix="run")
+        self._uploads = Shares("upload", uploads, most=uploads)
 
-    def start_run(self, work: Callable[[], T]) -> Future[T]:
-        """Start a run in a thread of its own, or RateLimited when all slots are taken."""
-        if not self._runs.acquire(blocking=False):
-            raise RateLimited(f"all {self.runs} run slots are taken; try again shortly", retry_after=2)
+    def start_run(self, user: Hashable, session: str | None, work: Callable[[], T]) -> Future[T]:
+        """Start a run in a thread of its own, or RateLimited past the caller's share.
+        `session` is the one the call names (it may wait for it), None for a new one."""
+        leave = self._run_calls.enter(user, session)
         try:
             future = self._run_threads.submit(work)
         except BaseException:
-            self._runs.release()
+            leave()
             raise
-        future.add_done_callback(lambda _: self._runs.release())
+        future.add_done_callback(lambda _: leave())
         return future
 
     @contextlib.contextmanager
-    def upload(self) -> Iterator[None]:
-        if not self._uploads.acquire(blocking=False):
-            raise RateLimited("too many uploads at once; try again shortly")
+    def run_slot(self) -> Iterator[None]:
+        """One of the run slots, for a run that holds its session now."""
+        if not self._run_slots.acquire(blocking=False):
+            raise RateLimited(f"all {self.runs} run slots are taken; try again shortly", retry_after=_RETRY_SECONDS)
         try:
             yield
         finally:
-            self._uploads.release()
+            self._run_slots.release()
+
+    @contextlib.contextmanager
+    def upload(self, user: Hashable, session: str | None) -> Iterator[None]:
+        """An upload's slot, held from before its body is read to its end."""
+        leave = self._uploads.enter(user, session)
+        try:
+            yield
+        finally:
+            leave()

@@ -47,10 +47,10 @@ def create_app(
     large_files = None
     if settings.large_files_bucket:
         large_files = LargeFiles(settings.large_files_bucket, settings.large_files_from_bytes)
-    sessions = Sessions(sandboxes or make_sandboxes(settings), limits, large_files)
-    programs = Programs(sessions, Tokens(_token_secret(settings, api_key)))
     runs = settings.max_concurrent_runs or default_runs(settings.run_memory_bytes)
     admission = Admission(runs, settings.max_concurrent_uploads)
+    sessions = Sessions(sandboxes or make_sandboxes(settings), limits, large_files, admission.run_slot)
+    programs = Programs(sessions, Tokens(_token_secret(settings, api_key)))
     app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None)
     app.state.service = Service(settings, sessions, programs, make_authenticator(settings, api_key), admission)
     for module in (health, execute, programmatic, files):

@@ -6,16 +6,19 @@ credentials in a dependency comes after an unauthenticated caller's 300 MB has b
 taken in. Here, as plain ASGI in front of the app, the caller is authenticated from the
 headers alone, a declared length over the route's limit is refused before a byte of the
 body, and a body without a declared length is counted as it arrives and cut at the limit.
+A body that stops arriving (no byte for BODY_IDLE_SECONDS) is cut as well: a stalled
+client holds no slot and no thread for long.
 """
 
 from __future__ import annotations
 
+import anyio
 from fastapi.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import ServiceError, TooLarge
+from ..errors import RequestTimeout, ServiceError, TooLarge
+from ..serving import error_response
 from .dependencies import Service
 
 # Paths anyone may call: they say whether the service answers and what it accepts.
@@ -23,6 +26,7 @@ OPEN_PATHS = frozenset({"/health", "/v1/health"})
 UPLOAD_PREFIX = "/v1/upload"
 # Room for the multipart framing around an upload's file.
 FRAMING_BYTES = 65_536
+BODY_IDLE_SECONDS = 15.0
 
 
 class Gate:
@@ -40,7 +44,7 @@ class Gate:
             if int(headers.get("content-length") or 0) > limit:
                 raise _too_large(service, scope["path"], limit)
         except ServiceError as refused:
-            response = JSONResponse(refused.body(), status_code=refused.status, headers=refused.headers())
+            response = error_response(refused)
             return await response(scope, receive, send)
         await _bounded(self.app, scope, receive, send, limit)
 
@@ -69,27 +73,39 @@ def _body_limit(service: Service, path: str) -> int:
 
 
 async def _bounded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-    """Run the app on a body counted as it arrives. Past the limit the gate answers 413
-    itself and tells the app the client left: an app that meets an error while it reads a
-    body (FastAPI) would otherwise answer it with its own 400."""
+    """Run the app on a body counted as it arrives, and given BODY_IDLE_SECONDS for each
+    next piece. Past the limit or the deadline the gate answers itself (413, 408) and
+    tells the app the client left: an app that meets an error while it reads a body
+    (FastAPI) would otherwise answer it with its own 400."""
     received = 0
     cut = False
+    more = True  # the body is still arriving; after it, receive waits for the client to leave
+
+    async def refuse(refused: ServiceError) -> Message:
+        nonlocal cut
+        cut = True
+        await error_response(refused)(scope, receive, send)
+        return {"type": "http.disconnect"}
 
     async def counted_receive() -> Message:
-        nonlocal received, cut
+        nonlocal received, more
         if cut:
             return {"type": "http.disconnect"}
-        message = await receive()
+        if not more:
+            return await receive()
+        try:
+            with anyio.fail_after(BODY_IDLE_SECONDS):
+                message = await receive()
+        except TimeoutError:
+            return await refuse(RequestTimeout(f"no byte of the body arrived for {BODY_IDLE_SECONDS:g} s"))
+        more = message["type"] == "http.request" and message.get("more_body", False)
         received += len(message.get("body", b""))
         if received > limit:
-            cut = True
-            refused = _too_large(scope["app"].state.service, scope["path"], limit)
-            await JSONResponse(refused.body(), status_code=refused.status)(scope, receive, send)
-            return {"type": "http.disconnect"}
+            return await refuse(_too_large(scope["app"].state.service, scope["path"], limit))
         return message
 
     async def guarded_send(message: Message) -> None:
-        if not cut:  # once the 413 is out, the app's own answer comes too late
+        if not cut:  # once the gate has answered, the app's own answer comes too late
             await send(message)
 
     await app(scope, counted_receive, guarded_send)

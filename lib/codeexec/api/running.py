@@ -28,7 +28,9 @@ def stateful(request: Request) -> bool:
 
 
 def cancel_key(request: Request, caller: Caller) -> str | None:
-    """The run key of the client's request id, which a cancel names it by."""
+    """The run key of the client's request id, which a cancel names it by. Bound to the
+    credential, not to a user a body names: a key holder's cancel names no user, and the
+    organization's server may stop any run it started, for whichever user."""
     request_id = request.headers.get(REQUEST_ID_HEADER)
     return run_key(caller, request_id) if request_id else None
 

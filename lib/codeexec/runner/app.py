@@ -18,10 +18,9 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, BinaryIO, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO, TypeVar, cast
 
-import anyio.from_thread
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
@@ -35,6 +34,7 @@ from ..sandbox.local import LocalSandboxes
 from ..sandbox.port import Carried, Input, Lease, Opened
 from ..sandbox.runner import protocol
 from ..serving import error_handlers, error_response
+from ..streams import request_body
 
 T = TypeVar("T")
 
@@ -256,33 +256,14 @@ async def _with_body(request: Request, work: Callable[[BinaryIO], T]) -> T:
     chunk by chunk as it writes: never held whole. Work refused before the body's end
     (a session that does not admit the caller) reads the rest first: a caller still
     sending would otherwise find its connection closed, and not hear why."""
-    body = _StreamedBody(request.stream())
+    body = request_body(request.stream())
 
     def done() -> T:
         try:
-            return work(body)  # type: ignore[arg-type]
+            return work(cast(BinaryIO, body))
         except BaseException:
-            while body.read():
+            while body.read(protocol.CHUNK):
                 pass
             raise
 
     return await run_in_threadpool(done)
-
-
-class _StreamedBody:
-    def __init__(self, stream: AsyncIterator[bytes]) -> None:
-        self._stream = stream
-        self._done = False
-
-    def read(self, size: int = -1) -> bytes:
-        """The next piece of the body, whatever its size; b"" at its end."""
-        while not self._done:
-            try:
-                if chunk := anyio.from_thread.run(self._next):
-                    return chunk
-            except StopAsyncIteration:
-                self._done = True
-        return b""
-
-    async def _next(self) -> bytes:
-        return await self._stream.__anext__()

@@ -383,6 +383,9 @@ class Sandbox(Protocol):
     def write_record(self, key: str, record: bytes) -> None: ...
 
 
+# A run slot of the service's admission, entered once a run holds its session.
+Slot = Callable[[], AbstractContextManager[None]]
+
 # The largest input copied from another session: bounded by the session's disk limit alone.
 _ANY_SIZE = 1 << 62
 
@@ -399,13 +402,15 @@ class Sandboxes:
 
     # -- coarse operations: one request each on a remote backend --------------------------
 
-    def execute(self, run: Run, carried: Iterable[Carried] = ()) -> Ran:
-        """Place the session, take its hold, bring the inputs in, run, and report the
-        result with what changed; inputs that cannot be placed are reported, not fatal.
-        Inputs `carried` in are taken first, in order, each read to its end."""
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
+        """Place the session, take its hold, then the run `slot` (a call waiting for its
+        session holds none), bring the inputs in, run, and report the result with what
+        changed; inputs that cannot be placed are reported, not fatal. Inputs `carried`
+        in are taken first, in order, each read to its end. A remote backend takes the
+        slot around its one request."""
         if run.program.lang not in self.languages:
             raise UnsupportedLanguage(f"lang '{run.program.lang}' is not available on this backend")
-        with self._placed(run.placement) as (sandbox, created), sandbox.exclusive():
+        with self._held(run.placement, slot) as (sandbox, created):
             placed = self._place_inputs(sandbox, run, carried)
             before = self._before(sandbox, run.keep)
             result = sandbox.run(run.program)
@@ -416,16 +421,8 @@ class Sandboxes:
         """Write every file or none, each bounded by `limit` bytes, consuming `files`
         lazily (each reader to its end before the next pair); returns the session. A new
         session made for a failed write is ended at once."""
-        with contextlib.ExitStack() as stack:
-            sandbox, created = stack.enter_context(self._placed(placement))
-            try:
-                stack.enter_context(sandbox.exclusive())
-                sandbox.write_files(files, limit)
-            except BaseException:  # whatever stopped it, a session made for it would hold nothing
-                if created:
-                    stack.close()
-                    self.end(sandbox.id)
-                raise
+        with self._held(placement) as (sandbox, _):
+            sandbox.write_files(files, limit)
         return sandbox.id
 
     def list_files(self, session_id: str, access: Access) -> list[FileInfo]:
@@ -507,10 +504,21 @@ class Sandboxes:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def _placed(self, placement: Placement) -> Iterator[tuple[Sandbox, bool]]:
-        """The sandbox a placement names, open, and whether it was made for this call."""
+    def _held(self, placement: Placement, slot: Slot = contextlib.nullcontext) -> Iterator[tuple[Sandbox, bool]]:
+        """The sandbox a placement names, open and held, with `slot` taken, and whether it
+        was made for this call. One made for a call that fails is ended at once: nobody
+        learnt its id, and it would hold nothing."""
         with contextlib.ExitStack() as stack:
-            yield self._enter(stack, placement)
+            sandbox, created = self._enter(stack, placement)
+            try:
+                stack.enter_context(sandbox.exclusive())
+                stack.enter_context(slot())
+                yield sandbox, created
+            except BaseException:
+                if created:
+                    stack.close()
+                    self.end(sandbox.id)
+                raise
 
     def _enter(self, stack: contextlib.ExitStack, placement: Placement) -> tuple[Sandbox, bool]:
         if placement.named is not None:

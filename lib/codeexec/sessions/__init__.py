@@ -13,6 +13,7 @@ one. Programmatic tool calling composes these same pieces (codeexec.programmatic
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import BinaryIO
@@ -21,7 +22,7 @@ from .. import ids
 from ..auth import Caller
 from ..errors import BadRequest, UnsupportedLanguage
 from ..large_files import LargeFiles
-from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, Sandboxes, SendTo
+from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, Sandboxes, SendTo, Slot
 from ..wire import ExecRequest, RunRequest
 from . import inputs, outputs, placement
 from .access import changing, reading, run_key
@@ -56,10 +57,17 @@ class Download:
 
 
 class Sessions:
-    def __init__(self, sandboxes: Sandboxes, limits: SessionLimits, large_files: LargeFiles | None = None) -> None:
+    def __init__(
+        self,
+        sandboxes: Sandboxes,
+        limits: SessionLimits,
+        large_files: LargeFiles | None = None,
+        run_slot: Slot = contextlib.nullcontext,
+    ) -> None:
         self.sandboxes = sandboxes
         self.limits = limits
         self.large_files = large_files
+        self.run_slot = run_slot  # the admission's, taken once a run holds its session
 
     # -- reads --------------------------------------------------------------------------
 
@@ -126,8 +134,12 @@ class Sessions:
         program = Program(request.lang, request.code, tuple(request.args), self.limits.run_timeout_seconds, run_key)
         self.check_language(program.lang)
         where = placement.for_run(caller, request, stateful, self.sandboxes.named_sessions)
-        ran = self.sandboxes.execute(Run(program, where, inputs.of(request.files)))
+        ran = self.run(Run(program, where, inputs.of(request.files)))
         return self.report(ran, request, where)
+
+    def run(self, run: Run) -> Ran:
+        """A run through the port, in one of the service's run slots."""
+        return self.sandboxes.execute(run, slot=self.run_slot)
 
     def report(self, ran: Ran, request: RunRequest, where: Placement) -> Report:
         """The domain's answer to a run: what it wrote, what it said, and the notes on its

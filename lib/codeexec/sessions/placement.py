@@ -24,12 +24,26 @@ def for_run(caller: Caller, request: RunRequest, stateful: bool, named_sessions:
     if stateful and not named_sessions:
         raise ProfileMismatch("this deployment's backend cannot keep a stateful workspace")
     if request.runtime_session_hint and named_sessions:
-        owner = caller.owner.tag()
-        named = ids.derived_id("hint", owner.org, owner.user, request.runtime_session_hint)
-        return Placement(landing(caller), named=named)
+        return Placement(landing(caller), named=_hinted(caller, request.runtime_session_hint))
+    return Placement(landing(caller), _candidates(request))
+
+
+def first_named(caller: Caller, request: RunRequest) -> str | None:
+    """The session a run names before it runs (its hint's, the one it asks for, its first
+    own file's): the one whose turn it may wait for. None: it will lease a new one."""
+    if request.runtime_session_hint:
+        return _hinted(caller, request.runtime_session_hint)
+    return next(iter(_candidates(request)), None)
+
+
+def _hinted(caller: Caller, hint: str) -> str:
+    owner = caller.owner.tag()
+    return ids.derived_id("hint", owner.org, owner.user, hint)
+
+
+def _candidates(request: RunRequest) -> tuple[str, ...]:
     own = (ref.home_session for ref in request.files if ref.kind in (None, "user"))
-    candidates = tuple(dict.fromkeys(c for c in (request.session_id, *own) if c))
-    return Placement(landing(caller), candidates)
+    return tuple(dict.fromkeys(c for c in (request.session_id, *own) if c))
 
 
 def runtime_status(where: Placement, created: bool) -> Literal["new", "reused"] | None:

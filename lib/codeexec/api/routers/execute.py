@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from ...sessions.placement import first_named
 from ...wire import ExecRequest
 from ..dependencies import CallerDep, ServiceDep
 from ..replies import exec_reply
@@ -17,7 +18,8 @@ router = APIRouter()
 
 @router.post(EXEC_PATH)
 async def execute(body: ExecRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
-    caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
     profile, key = stateful(request), cancel_key(request, caller)
-    run = service.admission.start_run(lambda: exec_reply(service.sessions.execute(caller, body, profile, key)))
+    caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
+    work = lambda: exec_reply(service.sessions.execute(caller, body, profile, key))  # noqa: E731
+    run = service.admission.start_run(caller.owner.tag(), first_named(caller, body), work)
     return await answer(run, service.settings.exec_keepalive_seconds)

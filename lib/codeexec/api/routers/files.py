@@ -11,12 +11,11 @@ from urllib.parse import quote
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
-from starlette.datastructures import UploadFile
 
 from ...auth import Caller
-from ...errors import BadRequest
 from ...sessions import UploadTerms
-from .. import replies
+from ...streams import request_body
+from .. import replies, uploads
 from ..dependencies import CallerDep, Service, ServiceDep
 
 UPLOAD_PATH = "/v1/upload"
@@ -86,19 +85,21 @@ async def _receive_upload(request: Request, service: Service, caller: Caller) ->
     `agent` or `skill` (G2), made for an agent (G1's `entity_id`) or read-only (a skill's
     bundle, in either generation) are shared by the organization, and read-only ones are
     inputs a run never hands back. G1 LibreChat names the user in `User-Id`."""
-    # The gate has authenticated the caller and bounds the body (gate.py).
-    form = await request.form()
-    parts = [p for p in form.getlist("file") + form.getlist("files") if isinstance(p, UploadFile)]
-    if not parts:
-        raise BadRequest("the form has no file part (named 'file' or 'files')")
-    session_id = str(form.get("session_id") or request.query_params.get("session_id") or "") or None
-    read_only = str(form.get("read_only", "")).lower() == "true"  # a skill's bundle, G1 or G2
-    shared = form.get("kind") in ("agent", "skill") or bool(form.get("entity_id")) or read_only
-    terms = UploadTerms(shared=shared, read_only=read_only)
-    files = [(part.filename, part.file) for part in parts]
+    # The gate has authenticated the caller and bounds the body (gate.py); the body is read
+    # only with a slot, as it arrives, into the session (uploads.py).
     caller = caller.named(request.headers.get("user-id"))
-    with service.admission.upload():
-        return await run_in_threadpool(service.sessions.upload, caller, session_id, files, terms)
+    query_session = request.query_params.get("session_id")
+    body = request_body(request.stream())
+
+    def store() -> tuple[str, list[str]]:
+        form, files = uploads.fields_then_files(request.headers.get("content-type", ""), body)
+        session_id = form.get("session_id") or query_session or None
+        read_only = form.get("read_only", "").lower() == "true"  # a skill's bundle, G1 or G2
+        shared = form.get("kind") in ("agent", "skill") or bool(form.get("entity_id")) or read_only
+        return service.sessions.upload(caller, session_id, files, UploadTerms(shared=shared, read_only=read_only))
+
+    with service.admission.upload(caller.owner.tag(), query_session):
+        return await run_in_threadpool(store)
 
 
 def _chunks(reader: BinaryIO) -> Iterator[bytes]:

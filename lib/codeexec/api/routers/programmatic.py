@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
+from ...sessions.placement import first_named
 from ...wire import ProgrammaticRequest, Text
 from ..dependencies import CallerDep, ServiceDep
 from ..replies import programmatic_reply
@@ -29,16 +30,17 @@ class CancelRequest(BaseModel):
 
 @router.post(PROGRAMMATIC_PATH)
 async def programmatic(body: ProgrammaticRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
-    caller = caller.named(body.user_id)
     profile, key = stateful(request), cancel_key(request, caller)
+    caller = caller.named(body.user_id)
     if workspace := request.headers.get(WORKSPACE_HEADER):
         # The bash tool's attached workspace: a session of its own per user, as a hint's.
         body.runtime_session_hint, profile = f"workspace:{workspace}", True
-    programs = service.programs
-    if body.continuation_token:
-        run = service.admission.start_run(lambda: programmatic_reply(programs.resume(caller, body, key)))
+    programs, user = service.programs, caller.owner.tag()
+    if body.continuation_token:  # its session is in the token, known once it verifies
+        run = service.admission.start_run(user, None, lambda: programmatic_reply(programs.resume(caller, body, key)))
     else:
-        run = service.admission.start_run(lambda: programmatic_reply(programs.start(caller, body, profile, key)))
+        work = lambda: programmatic_reply(programs.start(caller, body, profile, key))  # noqa: E731
+        run = service.admission.start_run(user, first_named(caller, body), work)
     return await answer(run, service.settings.exec_keepalive_seconds)
 
 

@@ -89,6 +89,7 @@ from ..port import (
     RunResult,
     Sandboxes,
     SendTo,
+    Slot,
 )
 from . import session_ids
 from .api import AgentCoreApi, TimedOut
@@ -184,22 +185,23 @@ class AgentCoreSandboxes(Sandboxes):
 
     # -- the coarse operations ---------------------------------------------------------------
 
-    def execute(self, run: Run, carried: Iterable[Carried] = ()) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
         if run.program.lang not in self.languages:
             raise BadRequest(f"lang '{run.program.lang}' is not available on this backend")
-        session = self._landing(run.placement)
-        brought = [*self._carry(carried, run), *self._carried_from_others(session, run)]
-        step = {
-            **self._hold_args(session),
-            "token": secrets.token_hex(8),
-            "own": self._own_inputs(session, run),
-            "keep": run.keep and {"key": run.keep.key, "replaces": run.keep.replaces,
-                                  "record": base64.b64encode(run.keep.record).decode()},
-        }  # fmt: skip
-        if run.program.lang in _NATIVE:
-            result, after = self._run_native(session, run.program, step, brought)
-        else:
-            result, after = self._run_bash(session, run.program, step, brought)
+        with slot():  # around every call: AgentCore holds the session inside the run's own
+            session = self._landing(run.placement)
+            brought = [*self._carry(carried, run), *self._carried_from_others(session, run)]
+            step = {
+                **self._hold_args(session),
+                "token": secrets.token_hex(8),
+                "own": self._own_inputs(session, run),
+                "keep": run.keep and {"key": run.keep.key, "replaces": run.keep.replaces,
+                                      "record": base64.b64encode(run.keep.record).decode()},
+            }  # fmt: skip
+            if run.program.lang in _NATIVE:
+                result, after = self._run_native(session, run.program, step, brought)
+            else:
+                result, after = self._run_bash(session, run.program, step, brought)
         placed = after.get("placed", {})
         inputs = tuple(_placed(placed.get(str(i))) for i in range(len(run.inputs)))
         return Ran(session.id, session.fresh, result, _changes(after["changes"]), inputs)

@@ -8,12 +8,18 @@ runs under bubblewrap (bwrap.py).
         records/     the service's own records (programmatic workflows: port.Keep)
         staging-*/   an upload's files until all of them are in
         data/        the artifact directory, bound at /mnt/data inside the sandbox
+    SANDBOX_ROOT/.runs/<run key>     a run in progress, in any process
     SANDBOX_ROOT/.cancel/<run key>   a cancel for a run, seen by the run in any process
     SANDBOX_ROOT/.warm/<slot>/       a warm interpreter's mount point and program (warm.py)
 
 The program sees only data/, so it can neither read nor change its own lease, nor the
-service's records. "Last
-touched" is the mtime of lock, which every call that addresses the session updates.
+service's records. "Last touched" is the mtime of lock, which every call that addresses
+the session updates when it begins and again when it ends (a run longer than the idle
+limit is not idle).
+
+A cancel for a run in progress is always taken. One for a run that has not started (a
+cancel may overtake its call while that waits for its session) is kept a few minutes,
+and only so many at once: cancels of runs that never come cannot pile up.
 
 Ending a session is a rename to a tombstone name, then the subvolume's destruction: the
 rename is atomic, so a session is either whole and addressable or gone, never half there.
@@ -35,7 +41,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ... import ids
-from ...errors import BackendUnavailable, BadRequest, Conflict, SessionNotFound
+from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound
 from ...languages import LANGUAGES
 from ..port import FileInfo, Lease, OwnerTag, Program, RunResult, Sandboxes
 from . import bwrap, cgroups, files, warm
@@ -46,10 +52,13 @@ from .toolchains import TOOLCHAINS
 log = logging.getLogger("codeexec.local")
 
 _TOMBSTONE = ".ended-"
+_RUNS = ".runs"
 _CANCELS = ".cancel"
 _WARM = ".warm"
-# A cancel that found no run (it had ended already) is swept after this long.
-_CANCEL_KEPT_SECONDS = 3600
+# A cancel for no run in progress waits this long for its run, longer than a call waits
+# for its session; a run's own entry outlives no run. Both are swept after it.
+_CANCEL_KEPT_SECONDS = 300
+_PENDING_CANCELS = 256  # cancels waiting for a run at most, host-wide
 
 
 @dataclass(frozen=True)
@@ -130,11 +139,10 @@ class LocalSandbox:
         source = LANGUAGES[program.lang].source_name(program.code)
         argv = toolchain.argv(program.lang, source, program.args)
         backend = self._backend
-        cancel = backend.cancel_marker(program.run_key) if program.run_key else None
         code = program.code.encode("utf-8", "surrogatepass")
-        timeout, cancelled = toolchain.timeout(program.timeout), cancel.exists if cancel else None
+        timeout = toolchain.timeout(program.timeout)
         self._restore_data_dir()
-        try:
+        with backend.running(program.run_key) as cancelled:
             if (ready := backend.take_warm(program)) is not None:
                 result = ready.run(self._data, {source: code}, argv, timeout, cancelled)
                 if result is not None:
@@ -143,9 +151,6 @@ class LocalSandbox:
                 self._data, argv, {source: code}, timeout, backend.limits, backend.sandbox_user,
                 backend.cgroup_parents, cancelled=cancelled,
             )  # fmt: skip
-        finally:
-            if cancel:
-                cancel.unlink(missing_ok=True)
 
     def _restore_data_dir(self) -> None:
         """The artifact directory as the sandbox needs it: a run may have chmod-ed it 000
@@ -203,7 +208,8 @@ class LocalSandboxes(Sandboxes):
         self.storage = Storage.prepare(
             config.root, config.limits.max_session_bytes, config.sandbox_gid, config.image_bytes
         )
-        (self.root / _CANCELS).mkdir(mode=0o700, exist_ok=True)
+        for private in (_RUNS, _CANCELS):
+            (self.root / private).mkdir(mode=0o700, exist_ok=True)
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
         terms = self.root / _WARM, self.limits, self.sandbox_user, self.cgroup_parents
@@ -265,8 +271,11 @@ class LocalSandboxes(Sandboxes):
             lease = self._lease_of(session_id, path)
             if lease is None or not admit(lease):
                 raise SessionNotFound()
-            os.utime(lock)  # touch: the idle clock starts again
-            yield LocalSandbox(path, lease, self)
+            os.utime(lock)  # touch: the idle clock starts again, when the call begins...
+            try:
+                yield LocalSandbox(path, lease, self)
+            finally:
+                os.utime(lock)  # ...and when it ends
         finally:
             os.close(lock)
 
@@ -275,12 +284,36 @@ class LocalSandboxes(Sandboxes):
 
     def cancel(self, run_key: str) -> None:
         # The run, in whichever process, sees the marker at its next look (every 20 ms).
-        self.cancel_marker(run_key).touch()
+        marker = self._run_file(_CANCELS, run_key)
+        if not self._run_file(_RUNS, run_key).exists() and self._cancels_kept() >= _PENDING_CANCELS:
+            self._sweep_cancels()
+            if self._cancels_kept() >= _PENDING_CANCELS:
+                raise RateLimited("too many cancels wait for runs that have not started; try again later")
+        marker.touch()
 
-    def cancel_marker(self, run_key: str) -> Path:
+    @contextlib.contextmanager
+    def running(self, run_key: str | None) -> Iterator[Callable[[], bool] | None]:
+        """A run in progress under `run_key`, for cancels to find; yields whether one came."""
+        if run_key is None:
+            yield None
+            return
+        entry, marker = self._run_file(_RUNS, run_key), self._run_file(_CANCELS, run_key)
+        entry.touch()
+        try:
+            yield marker.exists
+        finally:
+            entry.unlink(missing_ok=True)
+            marker.unlink(missing_ok=True)
+
+    def _run_file(self, kind: str, run_key: str) -> Path:
         if not ids.is_file_id(run_key):
             raise ValueError("not a run key")
-        return self.root / _CANCELS / run_key
+        return self.root / kind / run_key
+
+    def _cancels_kept(self) -> int:
+        """Markers on disk; those of runs in progress count too (there are few)."""
+        with os.scandir(self.root / _CANCELS) as markers:
+            return sum(1 for _ in markers)
 
     def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
         # Never waits: a session some call holds is busy, and the next pass tries again.
@@ -335,10 +368,11 @@ class LocalSandboxes(Sandboxes):
 
     def _sweep_cancels(self) -> None:
         old = time.time() - _CANCEL_KEPT_SECONDS
-        for marker in os.scandir(self.root / _CANCELS):
-            with contextlib.suppress(OSError):
-                if marker.stat(follow_symlinks=False).st_mtime < old:
-                    os.unlink(marker.path)
+        for kind in (_CANCELS, _RUNS):
+            for entry in os.scandir(self.root / kind):
+                with contextlib.suppress(OSError):
+                    if entry.stat(follow_symlinks=False).st_mtime < old:
+                        os.unlink(entry.path)
 
     @staticmethod
     def _lease_of(session_id: str, path: Path) -> Lease | None:

@@ -4,10 +4,14 @@ Everything is allowed except what a code interpreter never needs and an attacker
 debugging other processes, mounting, the kernel's module and key stores, BPF, perf, and
 new namespaces (from inside, a new user namespace would hand back the capabilities the
 sandbox dropped); io_uring (a second way into the kernel that a filter cannot see into);
-file leases (a lease would make the service's reader wait); and every socket family but
+file leases (a lease would make the service's reader wait); every socket family but
 local, IP and netlink, which the sandbox's network namespace confines (AF_VSOCK, for
-one, it does not: on a VM host it reaches the hypervisor side). Denied calls fail with
-an ordinary error, so a program sees one.
+one, it does not: on a VM host it reaches the hypervisor side); the btrfs ioctls (a
+subvolume a program makes has a quota group of its own, outside its session's limit,
+and the lookups list every session of the host); the inode flags (`chattr +C` makes a
+file that cannot be cloned); and inotify/fanotify (on the shared read-only /usr they show
+which files another tenant's run opens, and when). Denied calls fail with an ordinary
+error, so a program sees one, and `cp --reflink=auto` copies instead.
 libseccomp's filter also kills any call made through another architecture's entry
 point (32-bit `int 0x80`, x32), which would otherwise bypass a rule by its number.
 """
@@ -33,6 +37,18 @@ IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 SOCKET_FAMILIES = frozenset({1, 2, 10, 16})
 _AF_MAX = 46
 _F_SETLEASE = 1024
+# Every btrfs ioctl has the type byte 0x94 (bits 8..15 of the command): subvolume and
+# snapshot creation, the tree searches and subvolume lookups, FICLONE, FICLONERANGE and
+# FIDEDUPERANGE. The kernel reads a command as 32 bits, so the masks ignore the upper half
+# of the register a program passes it in.
+_IOCTL_TYPE_MASK, _BTRFS_IOCTL_TYPE = 0xFF00, 0x9400
+_IOCTL_COMMAND_MASK = 0xFFFFFFFF
+_SET_FLAGS = (
+    0x40086602,  # FS_IOC_SETFLAGS (the flag word's size is a long's)
+    0x40046602,  # FS_IOC32_SETFLAGS
+    0x401C5820,  # FS_IOC_FSSETXATTR
+)
+WATCHES = ("inotify_init", "inotify_init1", "fanotify_init")
 
 # clone's flags that make a namespace; clone without them (threads, fork) stays allowed.
 _CLONE_NEW = (
@@ -63,7 +79,12 @@ def bpf() -> bytes:
     scf.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
     for name in IO_URING:  # ENOSYS: libraries fall back to ordinary reads and writes
         scf.add_rule(pyseccomp.ERRNO(errno.ENOSYS), name)
-    scf.add_rule(deny, "fcntl", pyseccomp.Arg(1, pyseccomp.EQ, _F_SETLEASE))
+    scf.add_rule(deny, "fcntl", pyseccomp.Arg(1, pyseccomp.MASKED_EQ, _IOCTL_COMMAND_MASK, _F_SETLEASE))
+    scf.add_rule(deny, "ioctl", pyseccomp.Arg(1, pyseccomp.MASKED_EQ, _IOCTL_TYPE_MASK, _BTRFS_IOCTL_TYPE))
+    for command in _SET_FLAGS:
+        scf.add_rule(deny, "ioctl", pyseccomp.Arg(1, pyseccomp.MASKED_EQ, _IOCTL_COMMAND_MASK, command))
+    for name in WATCHES:  # ENOSYS, as a kernel without them: file watchers fall back to polling
+        scf.add_rule(pyseccomp.ERRNO(errno.ENOSYS), name)
     refused = pyseccomp.ERRNO(errno.EAFNOSUPPORT)
     for call in ("socket", "socketpair"):
         for family in set(range(_AF_MAX)) - SOCKET_FAMILIES:

@@ -14,8 +14,12 @@ SANDBOX_ROOT is a btrfs filesystem (or a directory in one) with quota groups on,
   the sandbox uid, can reach a session's data; no other host user can reach anything.
 
 With no such filesystem at SANDBOX_ROOT, the service (as root) makes one: a sparse image
-file beside the root, formatted btrfs and loop-mounted there. A root that exists but is
-someone else's, or on another filesystem with things in it, is refused at start.
+file beside the root, formatted btrfs and loop-mounted there. Both are made exclusively
+(mkdir, O_EXCL), closed from their first moment: in a sticky directory such as /var/tmp
+another user could have made either name first, to read every session's bytes through
+it. So a root, an image or the image behind a mounted root that exists but is someone
+else's, or that others may read, is refused at start, as is a root on another filesystem
+with things in it.
 
     python -m codeexec.sandbox.local.storage PATH    makes one at PATH ahead of time (for a
                                                      runner in a container: compose.yaml)
@@ -59,9 +63,13 @@ class Storage:
         """Check SANDBOX_ROOT, making its filesystem first where there is none."""
         if os.geteuid() != 0:
             raise RuntimeError("SANDBOX_BACKEND=local runs as root: it sets quota limits and drops to the sandbox uid")
-        if not _on_btrfs(root):
+        _own_directory(root)
+        if btrfs.is_btrfs(str(root)):
+            _check_image_behind(root)
+        else:
             _provision(root, image_bytes)
-        _close_to_others(root, sandbox_gid)
+        os.chown(root, os.geteuid(), sandbox_gid)
+        root.chmod(0o710)
         _mount_inert(root)
         btrfs.enable_quotas(str(root))
         (root / _SPOOL).mkdir(mode=0o700, exist_ok=True)
@@ -94,12 +102,17 @@ class Storage:
             raise BackendUnavailable("the sandbox storage is full; try again later", retry_after=60)
 
     def snapshot(self, fd: int) -> int:
-        """A private copy of the open file as it is now (a reflink: instant), unnamed, gone
-        when closed: a download then sends what the file was, whatever writes it later."""
+        """A private copy of the open file as it is now, unnamed, gone when closed: a
+        download then sends what the file was, whatever writes it later. A reflink,
+        instant; a file that cannot be cloned (one marked no-copy-on-write, `chattr +C`,
+        before programs were refused that) is copied byte by byte instead."""
         copy = os.open(self.root / _SPOOL, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
         try:
-            btrfs.clone(copy, fd)
-        except OSError:
+            try:
+                btrfs.clone(copy, fd)
+            except OSError:
+                _copy_all(fd, copy)
+        except BaseException:
             os.close(copy)
             raise
         return copy
@@ -113,6 +126,13 @@ class Storage:
             os.close(fd)
 
 
+def _copy_all(source: int, target: int) -> None:
+    """The kernel copies, never this process (both files are on the sessions' filesystem)."""
+    offset = 0
+    while copied := os.copy_file_range(source, target, 1 << 30, offset, offset):
+        offset += copied
+
+
 def over_limit(exc: OSError, limit: int) -> Exception:
     """A write's failure as the caller should hear it: the session's limit, else itself."""
     if exc.errno == errno.EDQUOT:
@@ -122,42 +142,82 @@ def over_limit(exc: OSError, limit: int) -> Exception:
     return exc
 
 
-def _on_btrfs(root: Path) -> bool:
-    """Whether the root is, or, made, will be, on btrfs (made here when its parent is)."""
-    if not root.exists() and root.parent.is_dir() and btrfs.is_btrfs(str(root.parent)):
+def _own_directory(root: Path) -> None:
+    """The root directory, made now, or one this service made before: never a link, never
+    another user's (in /var/tmp anyone could have made it first), and in a directory no
+    other user may change (a sticky one is fine: others may add names there, never move
+    or remove ours)."""
+    root.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    parent = root.parent.stat()
+    if parent.st_uid not in (0, os.geteuid()) or (parent.st_mode & stat.S_IWOTH and not parent.st_mode & stat.S_ISVTX):
+        raise RuntimeError(f"SANDBOX_ROOT={root} lies in a directory others may change: refusing it")
+    try:
         root.mkdir(mode=0o700)
-    return root.is_dir() and btrfs.is_btrfs(str(root))
+        return
+    except FileExistsError:
+        pass
+    st = root.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise RuntimeError(f"SANDBOX_ROOT={root} is not a directory (a link or a file): refusing it")
+    _refuse_foreign(f"SANDBOX_ROOT={root}", st, others_may=stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _refuse_foreign(what: str, st: os.stat_result, others_may: int) -> None:
+    if st.st_uid != os.geteuid():
+        raise RuntimeError(f"{what} belongs to uid {st.st_uid}, not to this service: refusing it")
+    if st.st_mode & others_may:
+        raise RuntimeError(f"{what} is open to other users (mode {stat.S_IMODE(st.st_mode):o}): refusing it")
 
 
 def _provision(root: Path, image_bytes: int) -> None:
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+    if any(root.iterdir()):
         raise RuntimeError(
             f"SANDBOX_ROOT={root} is not on btrfs and is not empty: give it a btrfs filesystem "
             "(quota groups are how the kernel holds each session to its disk limit), or point "
             "SANDBOX_ROOT at a new path and the service makes one"
         )
     image = root.with_name(root.name + ".btrfs")
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if not image.exists():
+    try:  # 0600 from its first moment: nobody else can hold it open to read it later
+        fd = os.open(image, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        _check_image(image)
+    else:
         size = image_bytes or min(_IMAGE_MAX_BYTES, int(shutil.disk_usage(image.parent).free * _IMAGE_SHARE))
-        with open(image, "xb") as made:
-            made.truncate(size)  # sparse: the host's disk is taken only as sessions fill it
-        image.chmod(0o600)
+        os.ftruncate(fd, size)  # sparse: the host's disk is taken only as sessions fill it
+        os.close(fd)
         _command("mkfs.btrfs", "-q", str(image))
     _command("mount", "-o", "loop,nosuid,nodev,noatime", str(image), str(root))
     log.info("mounted %s (btrfs) at SANDBOX_ROOT %s", image, root)
 
 
-def _close_to_others(root: Path, sandbox_gid: int) -> None:
-    """Refuse a root another user made (in world-writable /var/tmp, say), then close it."""
-    st = root.stat()
-    if st.st_uid != os.geteuid():
-        raise RuntimeError(f"SANDBOX_ROOT={root} belongs to uid {st.st_uid}, not to this service: refusing it")
-    os.chown(root, os.geteuid(), sandbox_gid)
-    root.chmod(0o710)
-    parent = root.parent.stat()
-    if parent.st_uid not in (0, os.geteuid()) or (parent.st_mode & stat.S_IWOTH and not parent.st_mode & stat.S_ISVTX):
-        raise RuntimeError(f"SANDBOX_ROOT={root} lies in a directory others may change: refusing it")
+def _check_image(image: Path) -> None:
+    """An image that exists: a file of this service's that no other user may read."""
+    try:
+        fd = os.open(image, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise RuntimeError(f"the sandbox image {image} cannot be opened ({exc.strerror}): refusing it") from None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise RuntimeError(f"the sandbox image {image} is not a regular file: refusing it")
+    _refuse_foreign(f"the sandbox image {image}", st, others_may=0o077)
+
+
+def _check_image_behind(root: Path) -> None:
+    """A root already on btrfs: when that filesystem is a loop-mounted image, the image
+    must pass the same checks as one about to be mounted."""
+    found = subprocess.run(["findmnt", "-nro", "SOURCE", "-T", str(root)], capture_output=True, text=True)
+    device = found.stdout.strip().split("[", 1)[0]
+    if not device.startswith("/dev/loop"):
+        return
+    try:
+        backing = Path("/sys/block", Path(device).name, "loop", "backing_file").read_text().strip()
+    except OSError:
+        return
+    if not backing.endswith(" (deleted)"):  # a removed image has no name to check
+        _check_image(Path(backing))
 
 
 def _mount_inert(root: Path) -> None:

@@ -53,6 +53,7 @@ from ..port import (
     Run,
     Sandboxes,
     SendTo,
+    Slot,
 )
 from ..runner import RunnerClient, RunnerConfig, RunnerPort
 from . import vm_ids
@@ -118,18 +119,18 @@ class MicrovmSandboxes(Sandboxes):
 
     # -- the coarse operations: one request to the session's VM -------------------------------
 
-    def execute(self, run: Run, carried: Iterable[Carried] = ()) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
         """In the first candidate VM that admits the caller, else in a new one. Inputs of
         other sessions are other VMs': read once per origin, streamed into the run."""
         where = run.placement
         for session_id in dict.fromkeys(where.candidates):
             with contextlib.suppress(SessionNotFound):
-                return self._run_in(session_id, run)
+                return self._run_in(session_id, run, slot)
         if not where.new:
             raise SessionNotFound()
         session_id = self._launch()
         try:
-            return self._run_in(session_id, run, new=True)
+            return self._run_in(session_id, run, slot, new=True)
         except BaseException:
             self.end(session_id)  # a VM without its session would idle to its TTL
             raise
@@ -171,13 +172,13 @@ class MicrovmSandboxes(Sandboxes):
         with self._port(session_id) as port:
             return port.read_record(session_id, access, key)
 
-    def _run_in(self, session_id: str, run: Run, new: bool = False) -> Ran:
+    def _run_in(self, session_id: str, run: Run, slot: Slot, new: bool = False) -> Ran:
         if new:
             here = replace(run, placement=_made_in(run.placement, session_id))
         else:
             here = replace(run, placement=replace(run.placement, candidates=(session_id,), named=None, new=False))
         with self._port(session_id) as port:
-            return port.execute(here, self._carried(session_id, run))
+            return port.execute(here, self._carried(session_id, run), slot)
 
     def _carried(self, session_id: str, run: Run) -> Iterator[Carried]:
         """The inputs that live in other VMs, read from each once, as the run pulls them."""

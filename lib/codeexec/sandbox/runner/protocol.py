@@ -73,6 +73,7 @@ ERRORS: dict[str, type[errors.ServiceError]] = {
         errors.FileNotFound,
         errors.Conflict,
         errors.TooLarge,
+        errors.RateLimited,
         errors.Unavailable,
         errors.BackendUnavailable,
     )

@@ -10,6 +10,7 @@ from other sessions of the runner are copied there, where the bytes are.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -22,7 +23,7 @@ from urllib.parse import quote
 
 from ... import ids
 from ...errors import BackendUnavailable, SessionNotFound, TooLarge
-from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, Sandboxes, SendTo
+from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, Sandboxes, SendTo, Slot
 from . import protocol
 from .client import ResponseReader, RunnerClient
 
@@ -55,12 +56,13 @@ class RunnerPort(Sandboxes):
         self.client = client
         self.call_seconds = call_seconds
 
-    def execute(self, run: Run, carried: Iterable[Carried] = ()) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
         frames = itertools.chain(
             [(protocol.run_json(run), None)],
             (({"index": c.index, "found": c.found, "read_only": c.read_only}, c.reader) for c in carried),
         )
-        answer = self.client.call("POST", "/runs", timeout=self.call_seconds, content=protocol.frames(frames))
+        with slot():
+            answer = self.client.call("POST", "/runs", timeout=self.call_seconds, content=protocol.frames(frames))
         return protocol.ran_of(answer)
 
     def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
