@@ -4,23 +4,20 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := $(shell grep -hv '^\#' deps/apt.txt)
 CONTRACT := tests/contract
 CONTRACT_G2 := tests/contract_g2
 FONT_CACHE := /var/cache/codeexec/matplotlib
+# The libraries users' programs run with (toolchains.ENVIRONMENT), bound into every run.
+ENVIRONMENT := /opt/sandbox
 
-.PHONY: install serve test lint typecheck pytest clean
+.PHONY: install serve test lint typecheck pytest clean environment lock readme-env
 
-install: system-packages npm-global $(VENV)/.installed $(FONT_CACHE)
+install: system-packages npm-global $(VENV)/.installed environment $(FONT_CACHE)/.built
 
-# Installs only when something is missing, so a second run costs a dpkg query.
+# Debian's packages (deps/apt.txt, LibreOffice from backports): only when something is
+# missing, so a second run costs a dpkg query.
 system-packages:
-	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || { \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); }
-	@command -v node >/dev/null && command -v npm >/dev/null || { \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
+	@deps/install-apt.sh --check || $(SUDO) deps/install-apt.sh
 
 # TypeScript's compiler in the sandbox: esbuild under /usr/local, which the sandbox sees (in /usr).
 ESBUILD_VERSION := 0.28.0
@@ -34,9 +31,38 @@ $(VENV)/.installed: requirements-dev.txt lib/pyproject.toml
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $@
 
-# matplotlib's font list, built once for every sandboxed run (lib/codeexec/sandbox/local/fonts.py).
-$(FONT_CACHE): | system-packages $(VENV)/.installed
+# The sandbox's environment from the locks (deps/environment.sh; README "Libraries and tools").
+environment: $(ENVIRONMENT)/python.lock $(ENVIRONMENT)/node.lock $(ENVIRONMENT)/tools.lock
+$(ENVIRONMENT)/python.lock: deps/python/requirements.lock | $(VENV)/.installed
+	$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
+$(ENVIRONMENT)/node.lock: deps/node/package-lock.json | system-packages
+	$(SUDO) deps/environment.sh node $(ENVIRONMENT)
+$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f)
+	$(SUDO) deps/environment.sh tools $(ENVIRONMENT)
+
+# The locks anew from deps/python/requirements.in and deps/node/package.json (newest
+# versions that fit), then the README's list of them. Wheels for x86_64 and arm64 (the
+# MicroVMs) alike, or the lock is refused.
+lock: $(VENV)/.installed
+	$(BIN)/uv pip compile --quiet --no-config --upgrade --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_36 --only-binary :all: --custom-compile-command "make lock" \
+	  deps/python/requirements.in -o deps/python/requirements.lock
+	for platform in x86_64-manylinux_2_36 aarch64-manylinux_2_36; do \
+	  $(BIN)/uv pip install --quiet --no-config --dry-run --target $$(mktemp -d) --python-version 3.11 \
+	    --python-platform $$platform --require-hashes --only-binary :all: -r deps/python/requirements.lock || exit 1; done
+	cd deps/node && rm -f package-lock.json && \
+	  npm install --package-lock-only --no-audit --no-fund --loglevel=error
+	$(MAKE) readme-env
+
+# The README's section "Libraries and tools", from the locks and deps/apt.txt.
+readme-env: $(VENV)/.installed
+	$(BIN)/python deps/readme_env.py README.md
+
+# matplotlib's font list, built for every sandboxed run with the environment's matplotlib
+# and fonts (lib/codeexec/sandbox/local/fonts.py).
+$(FONT_CACHE)/.built: $(ENVIRONMENT)/python.lock deps/apt.txt | system-packages $(VENV)/.installed
 	$(SUDO) $(BIN)/python -c "from codeexec.sandbox.local import fonts; fonts.build()"
+	$(SUDO) touch $@
 
 $(CONTRACT)/node_modules/.installed: $(CONTRACT)/package-lock.json
 	cd $(CONTRACT) && npm ci --no-audit --no-fund --loglevel=error

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     run_memory_bytes: int = 1_073_741_824
     # Processes and threads of a whole run (a cgroup), or of the sandbox uid (RLIMIT_NPROC).
     run_max_processes: int = 256
+    # The cores one run's libraries may use: BLAS, OpenMP, numexpr, joblib and the like
+    # start this many threads, not one per core of the host, which the runs share.
+    run_cpus: int = Field(default=1, ge=1)
     max_file_bytes: int = 104_857_600  # one file a run writes
     max_session_bytes: int = 1_073_741_824  # all of a session's files together
     # Use cgroups where the host offers them; false leaves rlimits alone to hold.

@@ -22,6 +22,7 @@ and the program's own command line, never the host paths and settings it was sta
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import selectors
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from ..port import Limit, LimitHit, RunResult
 from . import cgroups, fonts, seccomp
 from .limits import Limits
-from .toolchains import CODE_DIR, PYTHON_SITE
+from .toolchains import CODE_DIR, ENVIRONMENT, HOST_SITE_PACKAGES, NODE_MODULES, PYTHON_LIBS, PYTHON_SITE, TOOLS
 
 ARTIFACT_DIR = "/mnt/data"
 NOBODY = 65534
@@ -45,18 +46,26 @@ SETPRIV = "/usr/bin/setpriv"
 _ETC = (
     "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "fonts",
     "java-17-openjdk", "php", "R", "ssl", "mime.types", "nsswitch.conf", "passwd", "group",
-    "matplotlibrc", "ldc2.conf",
+    "matplotlibrc", "ldc2.conf", "libreoffice",
 )
 _ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    # `python` and `pip` first (the environment's tools), then the locked set's commands.
+    "PATH": f"{TOOLS}/bin:{PYTHON_LIBS}/bin:/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",
     "TMPDIR": "/tmp",
     "LANG": "C.UTF-8",
     "MPLBACKEND": "Agg",  # matplotlib without a display: figures are saved, never shown
+    "MATPLOTLIBRC": f"{TOOLS}/matplotlibrc",  # and with fonts for every script (CJK too)
     # The service's sitecustomize (toolchains.PYTHON_SITE) puts /mnt/data LAST on the path,
     # so a session's own modules import (a helper.py an earlier run wrote), and a
-    # json.py or sitecustomize.py among its files shadows nothing.
-    "PYTHONPATH": f"{CODE_DIR}/.site",
+    # json.py or sitecustomize.py among its files shadows nothing. The locked set comes
+    # before the standard library, as any --target install does; none of its top-level
+    # names is a standard module's (tests/test_environment.py).
+    "PYTHONPATH": f"{CODE_DIR}/.site:{PYTHON_LIBS}",
+    "PYTHONNOUSERSITE": "1",  # as `-s`, for a `python` a script starts
+    # LibreOffice draws without a display; plotly's kaleido finds Debian's headless Chromium.
+    "SAL_USE_VCLPLUGIN": "svp",
+    "BROWSER_PATH": "/usr/bin/chromium-headless-shell",
     "GOCACHE": "/tmp/go-cache",  # go build needs a writable cache, and /tmp is the place
     "GOPATH": "/tmp/go",
     # Unbuffered, a Python program stopped at its time limit still shows what it printed.
@@ -64,6 +73,15 @@ _ENV = {
     # No __pycache__ among the session's files for every module a run imports from there.
     "PYTHONDONTWRITEBYTECODE": "1",
 }
+
+
+# Libraries that start a thread per core (BLAS, OpenMP, numexpr, joblib, OpenCV, Go,
+# data.table) see the host's cores, not the run's share: they get the run's CPU count.
+_THREAD_VARS = (
+    "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMEXPR_MAX_THREADS", "LOKY_MAX_CPU_COUNT",
+    "OPENCV_FOR_THREADS_NUM", "GOMAXPROCS", "R_DATATABLE_NUM_THREADS",
+)  # fmt: skip
 
 
 # The sandbox's two writable RAM disks share one size (the memory limit): without a
@@ -83,7 +101,7 @@ class _Control:
 
 
 def bwrap_args(
-    data_dir: str, program_fds: Mapping[str, int], control: _Control, ram_disk_bytes: int, code_dir: str | None = None
+    data_dir: str, program_fds: Mapping[str, int], control: _Control, limits: Limits, code_dir: str | None = None
 ) -> list[str]:
     """bwrap's options, without the program's command line. The program's files are
     `program_fds` placed in /code, or a host directory `code_dir` bound there read-only
@@ -97,16 +115,23 @@ def bwrap_args(
         "--ro-bind", "/usr", "/usr",
         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
         "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
+        # A host without the environment still runs what needs none of it.
+        "--ro-bind-try", ENVIRONMENT, ENVIRONMENT,
+        # Node's `import` walks up from the importing file and reads no NODE_PATH: at the
+        # root, every file finds the packages, with `require` as well.
+        "--symlink", NODE_MODULES, "/node_modules",
         "--proc", "/proc", "--dev", "/dev",
         "--bind", data_dir, ARTIFACT_DIR, "--chdir", ARTIFACT_DIR,
         "--cap-drop", "ALL", "--clearenv",
         "--seccomp", str(control.seccomp), "--info-fd", str(control.info), "--block-fd", str(control.block),
     ]  # fmt: skip
     for path, mode in _RAM_DISKS:
-        argv += ["--perms", mode, "--size", str(ram_disk_bytes), "--tmpfs", path]
+        argv += ["--perms", mode, "--size", str(limits.memory_bytes), "--tmpfs", path]
     for name in _ETC:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    for key, value in _ENV.items():
+    for path in _host_site_packages():
+        argv += ["--tmpfs", path, "--remount-ro", path]
+    for key, value in {**_ENV, **dict.fromkeys(_THREAD_VARS, str(limits.cpus))}.items():
         argv += ["--setenv", key, value]
     if code_dir is not None:
         argv += ["--ro-bind", code_dir, CODE_DIR]
@@ -115,6 +140,11 @@ def bwrap_args(
     # Last: the root bwrap built the rest on, and /dev, are RAM disks writable until now.
     # Device nodes stay writable on a read-only mount (/dev/null still takes output).
     return [*argv, "--remount-ro", "/dev", "--remount-ro", "/"]
+
+
+@functools.cache
+def _host_site_packages() -> tuple[str, ...]:
+    return tuple(path for path in HOST_SITE_PACKAGES if os.path.isdir(path))
 
 
 def run(
@@ -234,7 +264,7 @@ def _launch(
     seccomp_fd = _memfd("seccomp", seccomp.bpf())
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits.memory_bytes, code_dir)
+    options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits, code_dir)
     args_fd = _memfd("args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
     passed = (*fds.values(), seccomp_fd, info_w, block_r, args_fd)
     try:
