@@ -54,6 +54,8 @@ _ENV = {
     "HOME": "/tmp",
     "TMPDIR": "/tmp",
     "LANG": "C.UTF-8",
+    # Named, so no runtime asks systemd for it (R's does, and says it cannot on stderr).
+    "TZ": "UTC",
     "MPLBACKEND": "Agg",  # matplotlib without a display: figures are saved, never shown
     "MATPLOTLIBRC": f"{TOOLS}/matplotlibrc",  # and with fonts for every script (CJK too)
     # The service's sitecustomize (toolchains.PYTHON_SITE) puts /mnt/data LAST on the path,
