@@ -84,7 +84,8 @@ runner: install
 	RUNNER_KEY=$${RUNNER_KEY} $(BIN)/python -m codeexec.runner
 
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
-# one reaper pass over 10,000 leases, and the service under more than it takes on. It also
+# the environment's disk, install and import costs, one reaper pass over 10,000 leases,
+# and the service under more than it takes on. It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
 # PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
@@ -96,6 +97,7 @@ bench: install
 	  $$py -m venv $(BENCH312) && $(BENCH312)/bin/pip install -q -r lib/requirements.txt -e lib; }
 	$(BIN)/python bench/bench.py $(BENCH_ARGS) $$([ -x $(BENCH312)/bin/python ] && echo --python $(BENCH312)/bin/python)
 	$(BIN)/python bench/interpreters_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/environment_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/reaper_bench.py
 	$(BIN)/python bench/load_bench.py
 

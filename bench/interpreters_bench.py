@@ -19,6 +19,7 @@ concurrency 1, 4 and 16, where pools empty and runs start cold: it shows what a 
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ import httpx
 from roots import sandbox_root
 
 from bench import THROUGHPUT_SLOTS, TIMEOUT, machine, pct, service, throughput
+from codeexec.sandbox.local.toolchains import ENVIRONMENT, HOST_SITE_PACKAGES, PYTHON_LIBS
 
 PROGRAMS = {
     "print(1)": ("py", "print(1)", "1\n"),
@@ -57,6 +59,9 @@ def plain_call(lang: str, code: str, expected: str) -> Call:
         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
         "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
         "--setenv", "HOME", "/tmp", "--setenv", "MPLBACKEND", "Agg",
+        # The environment's Python set, as runs import it (the host's own packages hidden).
+        "--ro-bind", ENVIRONMENT, ENVIRONMENT, "--setenv", "PYTHONPATH", PYTHON_LIBS,
+        *(arg for path in HOST_SITE_PACKAGES if os.path.isdir(path) for arg in ("--tmpfs", path)),
         *PLAIN[lang], code,
     ]  # fmt: skip
 

@@ -208,9 +208,12 @@ class BareInterpreter(Interpreter):
         return [*super().command(limits, controllers), "--bare"]
 
 
-# A program that names one of zygote.PRELOADED, or a library built on them, wants an
-# Interpreter; any other, a bare one.
-_PRELOADED_USERS = re.compile(r"\b(numpy|pandas|matplotlib|seaborn|scipy|sklearn|statsmodels)\b")
+# A program that names one of zygote.PRELOADED, or a library that imports one of them
+# (measured: each of these imports numpy at least), wants an Interpreter; any other, a bare one.
+_PRELOADED_USERS = re.compile(
+    r"\b(numpy|pandas|matplotlib|openpyxl|seaborn|scipy|sklearn|statsmodels|plotly|pyarrow|cv2|skimage|imageio"
+    r"|wordcloud|markitdown)\b"
+)
 
 
 def wants_preloaded(code: str) -> bool:
