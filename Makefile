@@ -152,7 +152,7 @@ compose-storage: install
 # Dockerfile at the root, and what it copies. Upload it to S3 yourself; SAM does not.
 microvm-artifact:
 	mkdir -p .aws-sam && rm -f .aws-sam/microvm-runner.zip
-	git archive --format=zip -o .aws-sam/microvm-runner.zip HEAD Dockerfile .dockerignore deps/apt.txt lib docker/ca-certificates
+	git archive --format=zip -o .aws-sam/microvm-runner.zip HEAD Dockerfile .dockerignore deps requirements-dev.txt lib docker/ca-certificates
 	@echo ".aws-sam/microvm-runner.zip: aws s3 cp it to s3://<bucket>/<key>, then MicrovmArtifactUri=s3://<bucket>/<key>"
 
 # pytest's exit code 5 (nothing collected) is not a failure of the suite.
@@ -168,7 +168,7 @@ test-runner: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_mod
 	CODEEXEC_TEST_BACKEND=runner $(BIN)/pytest $(RUNNER_SUITES)
 
 # The suites that attack and limit runs again, every Python run warm (README "Warm interpreters").
-WARM_SUITES := tests/test_security.py tests/test_limits.py tests/test_languages.py
+WARM_SUITES := tests/test_security.py tests/test_limits.py tests/test_languages.py tests/test_environment.py
 .PHONY: test-warm
 test-warm: install
 	CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(WARM_SUITES)

@@ -64,14 +64,15 @@ def python_paragraph() -> str:
     asked = {name: pins[name] for name in python_asked()}
     rest = {name: version for name, version in sorted(pins.items()) if name not in asked}
     return (
-        f"**Python** ({len(pins)} packages, `deps/python/requirements.lock`): {_listing(asked)}; "
+        f"**Python** ({len(pins)} packages in `deps/python/requirements.lock`): {_listing(asked)}; "
         f"and what they need: {_listing(rest)}."
     )
 
 
 def node_paragraph() -> str:
     pins, total = node_pins()
-    return f"**Node.js** ({total} packages, `deps/node/package-lock.json`): {_listing(pins)}."
+    where = f"{total} packages in `deps/node/package-lock.json`, some for other platforms"
+    return f"**Node.js** ({where}): {_listing(pins)}."
 
 
 def debian_paragraph(versions: dict[str, str]) -> str:
