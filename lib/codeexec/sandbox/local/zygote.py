@@ -20,7 +20,7 @@ import threading
 import traceback
 
 READY = b"\0codeexec-warm-ready\n"
-# Chosen by measurement (README "Warm sandboxes"): what most programs import, each cheap
+# Chosen by measurement (README "Libraries and tools"): what most programs import, each cheap
 # enough in memory to hold in every waiting interpreter. scipy.stats, seaborn, sklearn and
 # statsmodels would save 0.5 to 0.8 s for the few programs that use them, and cost every
 # interpreter 60 to 100 MB more; they import on demand.
