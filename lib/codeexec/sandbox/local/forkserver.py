@@ -1,0 +1,372 @@
+"""The fork server: a long-lived interpreter that makes each run's sandbox from a fork.
+
+It runs INSIDE a bubblewrap sandbox of its own (warm.py starts it: no network, /usr
+read-only, the sandbox uid), keeping three capabilities inside its own user namespace:
+CAP_SYS_ADMIN (namespaces, mounts), CAP_NET_ADMIN (the run's loopback up) and
+CAP_SETPCAP (to empty the bounding set). It never runs user code, and no run can reach it.
+This module is also the protocol both ends speak; the service imports it for that.
+
+For each run made ahead the service sends one message (`fork`) with the run's control
+socket and its cgroup's `cgroup.procs`, opened by the service. Three processes follow,
+as bwrap makes a cold run's:
+
+- the **monitor** (forked from the server): unshares mount, PID, network, IPC and UTS
+  namespaces, forks the init, then waits for the run on the control socket. At the run
+  it writes the program into /code, attaches the session's files at /mnt/data (a
+  detached mount the service made with open_tree, handed over with the message), hands
+  the run to the program, and reports its exit. It stays outside the run's PID
+  namespace: the program can neither see nor signal it.
+- the **init**, pid 1 of the new PID namespace: moves itself into the run's cgroup
+  (writing 0 through the service's descriptor), mounts the run's own /proc, /dev/pts,
+  /tmp, /dev/shm and /code, brings up the run's loopback, then drops every capability
+  (the bounding set too) and loads the seccomp filter cold runs load, so it holds exactly
+  what the program holds. It forks the program and reaps; when the program ends it kills
+  what the program left running and tells the monitor the exit status.
+- the **program**, pid 2: the run's sandbox as a cold run's. It waits for its run, and
+  only then takes its stdout and stderr, sets its CPU limit (its clock started at its
+  fork: a fork's CPU time starts at zero) and runs the program: Python in this very
+  interpreter (zygote.py), or any command line by exec.
+
+Each message on the control socket carries its sender's credentials, which the kernel
+gives the service as host pids: how the service knows whom to kill and renice.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import resource
+import signal
+import socket
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+READY = b"\0codeexec-warm-ready\n"
+CONFIG = "/code/.forkserver.json"
+CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP")
+MAX_FDS = 16  # descriptors one message carries at most
+_MESSAGE_BYTES = 1 << 16
+
+_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = (
+    0x00020000, 0x04000000, 0x08000000, 0x20000000, 0x40000000,
+)  # fmt: skip
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18,
+)  # fmt: skip
+MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x2, 0x4
+# The new mount API's calls have one number on every architecture.
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
+_OPEN_TREE_CLONE, _AT_FDCWD, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 1, -100, 0x1000, 0x4
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_CAPBSET_DROP = 22, 2, 24
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_SIOCSIFFLAGS, _IFF_UP = 0x8914, 0x1
+# What bwrap covers read-only in the /proc it mounts.
+_PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+    return result
+
+
+# --- the kernel calls, both ends -------------------------------------------------------
+
+
+def open_tree(path: str) -> int:
+    """A detached copy of the mount at path (the service's side, root on the host)."""
+    flags = _OPEN_TREE_CLONE | os.O_CLOEXEC
+    return _check(_libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(path), flags), "open_tree")
+
+
+def restrict(tree: int) -> None:
+    """nosuid,nodev on a detached tree, as on a cold run's /mnt/data."""
+    attr = ctypes.create_string_buffer(struct.pack("QQQQ", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, 0))
+    _check(_libc.syscall(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH, attr, len(attr)), "mount_setattr")
+
+
+def attach(tree: int, target: str) -> None:
+    flags = _MOVE_MOUNT_F_EMPTY_PATH
+    _check(_libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, os.fsencode(target), flags), "move_mount")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    encoded = [value if value is None else os.fsencode(value) for value in (source, target, fstype, data)]
+    _check(_libc.mount(encoded[0], encoded[1], encoded[2], flags, encoded[3]), f"mount {target}")
+
+
+# --- messages: a JSON object and descriptors, each carrying its sender's credentials ---
+
+
+def send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    sock.sendmsg([json.dumps(message).encode()], ancillary)
+
+
+def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int], int | None]:
+    """The next message (None at the end), its descriptors and its sender's pid as the
+    receiver sees it (where SO_PASSCRED is on)."""
+    room = socket.CMSG_SPACE(MAX_FDS * 4) + socket.CMSG_SPACE(12)
+    data, ancillary, flags, _ = sock.recvmsg(_MESSAGE_BYTES, room)
+    fds: list[int] = []
+    pid = None
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
+        elif level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            pid = struct.unpack("iII", payload[:12])[0]
+    if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC) or not data:
+        for fd in fds:
+            os.close(fd)
+        if data:
+            raise OSError(errno.EMSGSIZE, "a message was cut short")
+        return None, [], pid
+    return json.loads(data), fds, pid
+
+
+# --- the server -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a server is told once, at its start (warm.py writes it as JSON)."""
+
+    ram_disk_bytes: int  # the size of each of a run's /tmp and /dev/shm
+    cpu: tuple[int, int]  # a run's CPU rlimit
+    seccomp: bytes  # the compiled filter every run loads (seccomp.bpf())
+    # Copied into each run: into /code, or beside it, read-only (the font cache in /tmp).
+    files: dict[str, bytes]
+
+
+def load_config(path: str = CONFIG) -> Config:
+    with open(path, "rb") as file:
+        raw = json.load(file)
+    return Config(raw["ram_disk_bytes"], tuple(raw["cpu"]), _read(raw["seccomp"]), {f: _read(f) for f in raw["files"]})
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
+
+
+Interpret = Callable[[str, list[str]], int]  # runs a Python program, returns its exit code
+
+
+def serve(control: socket.socket, interpret: Interpret, config: Config) -> NoReturn:
+    """Fork a monitor for each `fork` message, until the service closes the socket."""
+    # Children are reaped by the kernel: the server never waits on a run.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    os.write(1, READY)
+    while True:
+        message, fds, _ = receive(control)
+        if message is None:
+            os._exit(0)
+        if os.fork() == 0:
+            _exit_on_error(fds[0], _monitor, control, fds, interpret, config)
+        for fd in fds:
+            os.close(fd)
+
+
+def _exit_on_error(ctl: int, body: Callable[..., None], *args: Any) -> NoReturn:
+    """A process of the run reports what failed on the control socket, then ends."""
+    try:
+        body(*args)
+    except BaseException as error:
+        with socket.socket(fileno=os.dup(ctl)) as report, contextlib.suppress(OSError):
+            send(report, {"error": f"{type(error).__name__}: {error}"})
+    os._exit(0)
+
+
+def _monitor(control: socket.socket, fds: list[int], interpret: Interpret, config: Config) -> None:
+    control.close()
+    ctl_fd, *procs = fds
+    _quiet()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    ctl = socket.socket(fileno=ctl_fd)
+    send(ctl, {"hello": "monitor"})
+    _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of the run's mounts reaches the server, or back
+    exits_r, exits_w = os.pipe()
+    handoff, program_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    init = os.fork()
+    if init == 0:
+        os.close(exits_r)
+        handoff.close()
+        _exit_on_error(ctl.fileno(), _init, ctl, procs, exits_w, program_end, interpret, config)
+    for fd in (*procs, exits_w):
+        os.close(fd)
+    program_end.close()
+    run, run_fds, _ = receive(ctl)
+    if run is not None:
+        _hand_over(run, run_fds, handoff)
+        # The init reports the program's status; nothing, if the run was killed whole.
+        with os.fdopen(exits_r, "rb") as exits:
+            reported = exits.read(16)
+        send(ctl, {"exit": _exit_code(reported)})
+    os.kill(init, signal.SIGKILL)  # a run never handed over: the run's processes end with it
+    os.waitpid(init, 0)
+
+
+def _exit_code(reported: bytes) -> int:
+    # The init holds what the program holds: what it says is a number or the run was killed.
+    try:
+        return max(0, min(int(reported), 255))
+    except ValueError:
+        return 128 + signal.SIGKILL
+
+
+def _hand_over(run: Mapping[str, Any], fds: list[int], handoff: socket.socket) -> None:
+    """The program into /code (then read-only), the session's files at /mnt/data, and the
+    run to the program: its output descriptors and what to run."""
+    tree, stdout, stderr, *sources = fds
+    try:
+        for name, fd in zip(run["files"], sources, strict=True):
+            _write(f"/code/{name}", fd)
+        mount(None, "/code", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        attach(tree, "/mnt/data")
+        # The session's mount must be what the program finds, or it would run in an empty directory.
+        inside, given = os.stat("/mnt/data"), os.fstat(tree)
+        if (inside.st_dev, inside.st_ino) != (given.st_dev, given.st_ino):
+            raise OSError(errno.EIO, "the session's files did not arrive at /mnt/data")
+        send(handoff, run["run"], [stdout, stderr])
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _write(path: str, source: int) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as out, os.fdopen(os.dup(source), "rb") as data:
+        out.write(data.read())
+
+
+def _init(
+    ctl: socket.socket, procs: list[int], exits: int, handoff: socket.socket, interpret: Interpret, config: Config
+) -> None:
+    for fd in procs:  # into the run's cgroup: every process of the run is born inside
+        os.write(fd, b"0")
+        os.close(fd)
+    send(ctl, {"hello": "init"})
+    _mount_run_filesystems(config)
+    _loopback_up()
+    _drop_privileges(config.seccomp)
+    program = os.fork()
+    if program == 0:
+        os.close(exits)  # the init's report: not the program's to write
+        _program(ctl, handoff, interpret, config)
+    ctl.close()
+    handoff.close()
+    # Signals from inside its namespace never reach pid 1 unless it handles one: none is.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        code = os.waitstatus_to_exitcode(_reap_until(program))
+        _end_the_rest()
+        # As bwrap reports a program a signal ended: 128 + the signal's number.
+        os.write(exits, str(128 - code if code < 0 else code).encode())
+    finally:
+        os._exit(0)
+
+
+def _reap_until(pid: int) -> int:
+    """As pid 1 reaps every orphan of the run, until the program itself ends."""
+    while True:
+        reaped, status = os.waitpid(-1, 0)
+        if reaped == pid:
+            return status
+
+
+def _end_the_rest() -> None:
+    """What the program left running is killed, and reaped: none of it outlives the run's
+    reply, as none outlives a cold run's sandbox."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            os.waitpid(-1, 0)
+
+
+def _mount_run_filesystems(config: Config) -> None:
+    """What a cold run's bwrap mounts of its own: /proc of its PID namespace, a devpts
+    instance, the RAM disks, and /code with the interpreter's sitecustomize."""
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in _PROC_COVERED:
+        path = f"/proc/{name}"
+        if os.path.exists(path):
+            _read_only_bind(path)
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+    for path, mode in (("/tmp", "0755"), ("/dev/shm", "1777")):
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode},size={config.ram_disk_bytes}")
+    mount("tmpfs", "/code", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for path, content in config.files.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as out:
+            out.write(content)
+        if not path.startswith("/code/"):  # read-only files of their own, as bwrap binds them
+            _read_only_bind(path)
+
+
+def _read_only_bind(path: str) -> None:
+    mount(path, path, None, MS_BIND)
+    mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", _IFF_UP))
+
+
+def _drop_privileges(seccomp: bytes) -> None:
+    """Every capability gone, the bounding and ambient sets too, and the seccomp filter on:
+    from here on this process holds what a cold run's program holds."""
+    last = int(_read("/proc/sys/kernel/cap_last_cap"))
+    for cap in range(last + 1):
+        _check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "drop the bounding set")
+    _check(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear the ambient set")
+    header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    _check(_libc.capset(header, bytes(24)), "capset")
+    filters = ctypes.create_string_buffer(seccomp, len(seccomp))
+    program = struct.pack("@HP", len(seccomp) // 8, ctypes.addressof(filters))  # struct sock_fprog
+    _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, program, 0, 0), "seccomp")
+
+
+def _program(ctl: socket.socket, handoff: socket.socket, interpret: Interpret, config: Config) -> NoReturn:
+    """Ready, then the run: from the moment its output is the run's, what fails is the
+    program's to say, on its own stderr."""
+    send(ctl, {"hello": "program"})
+    ctl.close()
+    run, fds, _ = receive(handoff)
+    handoff.close()
+    if run is None:  # the slot was closed unused
+        os._exit(0)
+    os.dup2(fds[0], 1)
+    os.dup2(fds[1], 2)
+    for fd in fds:
+        os.close(fd)
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, config.cpu)  # its clock started at its fork
+        os.chdir("/mnt/data")  # the session's mount, which arrived after this process started
+        if "source" in run:
+            os._exit(interpret(run["source"], run["args"]))
+        os.execv(run["argv"][0], run["argv"])  # noqa: S606  # the run's own command line
+    except OSError as error:
+        os.write(2, f"{error}\n".encode(errors="replace"))
+    os._exit(127)
+
+
+def _quiet() -> None:
+    """The server's stdout and stderr are the service's pipes: nothing of a run writes there."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
