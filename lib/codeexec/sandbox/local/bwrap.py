@@ -78,7 +78,7 @@ _WATCH_SECONDS = 0.02
 class _Control:
     """The descriptors bwrap reads besides the program."""
 
-    seccomp: int  # the compiled filter
+    seccomp: int | None  # the compiled filter (none for a fork server)
     info: int  # bwrap writes the sandbox's host pid here...
     block: int  # ...then waits for a byte here before it starts the program
 
@@ -92,8 +92,8 @@ def bwrap_args(
 ) -> list[str]:
     """bwrap's options, without the program's command line. The program's files are
     `program_fds` placed in /code. A fork server (forkserver.py) has no session yet (an
-    empty /mnt/data) and keeps `caps` inside its user namespace, without the seccomp
-    filter, which denies what it does with them: its runs load the filter themselves."""
+    empty /mnt/data), keeps `caps` inside its user namespace and gets no filter: its runs
+    load it themselves."""
     argv = [
         # --disable-userns needs --unshare-user named, even where bwrap would pick it itself.
         "--unshare-all", "--unshare-user", "--disable-userns", "--hostname", "sandbox",
@@ -109,7 +109,7 @@ def bwrap_args(
         "--cap-drop", "ALL", *(arg for cap in caps for arg in ("--cap-add", cap)), "--clearenv",
         "--info-fd", str(control.info), "--block-fd", str(control.block),
     ]  # fmt: skip
-    if not caps:
+    if control.seccomp is not None:
         argv += ["--seccomp", str(control.seccomp)]
     for path, mode in _RAM_DISKS:
         argv += ["--perms", mode, "--size", str(ram_disk_bytes), "--tmpfs", path]
@@ -273,12 +273,13 @@ def _launch(
     """Start bwrap; return it, the read end of its info pipe and the write end of its block pipe."""
     # The program and the filter reach bwrap as in-memory files: nothing is written on the host.
     fds = {name: memfd(name, source) for name, source in program.items()}
-    seccomp_fd = memfd("seccomp", seccomp.bpf())
+    # A fork server runs without the filter, which denies what it does with its caps.
+    seccomp_fd = None if caps else memfd("seccomp", seccomp.bpf())
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits.memory_bytes, caps)
     args_fd = memfd("args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
-    passed = (*fds.values(), seccomp_fd, info_w, block_r, args_fd)
+    passed = (*fds.values(), *([seccomp_fd] if seccomp_fd is not None else []), info_w, block_r, args_fd)
     try:
         bwrap = shutil.which("bwrap") or "bwrap"
         proc = subprocess.Popen(

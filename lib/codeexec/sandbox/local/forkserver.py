@@ -358,6 +358,8 @@ def _program(ctl: socket.socket, handoff: socket.socket, interpret: Interpret, c
         os.chdir("/mnt/data")  # the session's mount, which arrived after this process started
         if "source" in run:
             os._exit(interpret(run["source"], run["args"]))
+        for ignored in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python's subprocess restores them
+            signal.signal(ignored, signal.SIG_DFL)
         os.execv(run["argv"][0], run["argv"])  # noqa: S606  # the run's own command line
     except OSError as error:
         os.write(2, f"{error}\n".encode(errors="replace"))

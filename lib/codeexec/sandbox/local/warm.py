@@ -48,6 +48,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ..port import RunResult
@@ -66,6 +67,7 @@ _SERVER_SECONDS = 15 * 60
 _START_SECONDS = 60.0  # a server's imports, at low priority on a busy host
 _READY_SECONDS = 10.0  # a run made ahead
 _ENDED_SECONDS = 5.0  # a run's last process, after it was killed
+_RETRY_SECONDS = 1.0  # after a run made ahead failed to start
 
 
 class Server:
@@ -347,12 +349,12 @@ class Pool:
         self.size = size
         self.taken = 0  # how many runs it served (for tests and benchmarks)
         self._limits, self._as_user, self._parents = limits, as_user, parents
-        self._server: Server | None = None
+        self.server: Server | None = None
         self._replacing = False
         self._ready: list[Slot] = []
         self._lock = threading.Lock()
         self._wanted = threading.Event()
-        self._closed = False
+        self.closed = False
         self._failures = 0
         self._wanted.set()
         name = "warm-interpreter" if preload else "warm-bare"
@@ -381,7 +383,7 @@ class Pool:
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Wait until every run of the pool is ready (tests, benchmarks: runs never wait)."""
         deadline = time.monotonic() + timeout
-        while len(self._ready) < self.size and not self._closed and time.monotonic() < deadline:
+        while len(self._ready) < self.size and not self.closed and time.monotonic() < deadline:
             time.sleep(0.05)
         return len(self._ready) >= self.size
 
@@ -394,42 +396,43 @@ class Pool:
         return slot
 
     def close(self) -> None:
-        self._closed = True
+        self.closed = True
         self._wanted.set()
         with self._lock:
             ready, self._ready = self._ready, []
-            server, self._server = self._server, None
+            server, self.server = self.server, None
         for slot in ready:
             slot.close()
         if server is not None:
             server.retire()
 
     def _refill(self) -> None:
-        while not self._closed:
+        while not self.closed:
             self._wanted.wait()
             self._wanted.clear()
-            while not self._closed and len(self._ready) < self.size:
+            while not self.closed and len(self._ready) < self.size:
                 try:
                     slot = self._current_server().fork(self._limits, self._parents)
                 except Exception:
                     self._failed()
-                    break
+                    time.sleep(_RETRY_SECONDS)
+                    continue
                 self._failures = 0
                 if slot is None:  # its server was just replaced: the next comes from the new one
                     continue
                 with self._lock:
-                    if not self._closed:
+                    if not self.closed:
                         self._ready.append(slot)
                         continue
                 slot.close()  # the pool closed while it was made
 
     def _failed(self) -> None:
         """Cold runs go on; a server that failed makes no more, and a pool that fails
-        three times in a row stops trying."""
+        three times in a row stops trying (a host that lacks what a fork needs)."""
         self._failures += 1
         log.exception("a warm sandbox failed to start")
         with self._lock:
-            server, self._server = self._server, None
+            server, self.server = self.server, None
         if server is not None:
             server.retire()
         if self._failures >= 3:
@@ -437,29 +440,35 @@ class Pool:
             self.close()
 
     def _current_server(self) -> Server:
-        server = self._server
+        server = self.server
         if server is None or not server.alive():
             if server is not None:
                 server.retire()
-            server = self._server = Server(self.preload, self._limits, self._as_user, self._parents)
+            server = self.server = self._start_server().result()
         elif server.expired() and not self._replacing:
             self._replacing = True  # the old one forks on while the new one imports
-            threading.Thread(target=self._replace, name="warm-replace", daemon=True).start()
+            self._start_server().add_done_callback(self._replaced)
         return server
 
-    def _replace(self) -> None:
-        try:
-            new = Server(self.preload, self._limits, self._as_user, self._parents)
-        except Exception:
-            log.exception("a fork server could not be replaced; the old one serves on")
+    def _start_server(self) -> Future[Server]:
+        return _starter.submit(Server, self.preload, self._limits, self._as_user, self._parents)
+
+    def _replaced(self, started: Future[Server]) -> None:
+        self._replacing = False
+        if started.exception() is not None:
+            log.error("a fork server could not be replaced; the old one serves on", exc_info=started.exception())
             return
-        finally:
-            self._replacing = False
+        new = started.result()
         with self._lock:
-            old, self._server = self._server, None if self._closed else new
-        for server in (old, new if self._closed else None):
+            old, self.server = self.server, None if self.closed else new
+        for server in (old, new if self.closed else None):
             if server is not None:
                 server.retire()
+
+
+# bwrap --die-with-parent ends a server when the THREAD that started it ends: servers are
+# started by one that lives as long as the process.
+_starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warm-server")
 
 
 # A program that names one of zygote.PRELOADED, or a library built on them, wants the
