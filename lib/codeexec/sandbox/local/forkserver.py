@@ -48,7 +48,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-READY = b"\0codeexec-warm-ready\n"
 CONFIG = "/code/.forkserver.json"
 CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP")
 MAX_FDS = 16  # descriptors one message carries at most
@@ -167,7 +166,7 @@ def serve(control: socket.socket, interpret: Interpret, config: Config) -> NoRet
     """Fork a monitor for each `fork` message, until the service closes the socket."""
     # Children are reaped by the kernel: the server never waits on a run.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    os.write(1, READY)
+    send(control, {"hello": "server"})
     while True:
         message, fds, _ = receive(control)
         if message is None:

@@ -174,12 +174,17 @@ class LocalSandboxes:
     named_sessions = True
 
     def take_warm(self, program: Program) -> warm.Slot | None:
-        """A run made ahead for this one: for py, from the interpreter with the libraries
-        it names first; any other language runs by exec in one from the bare interpreter."""
+        """A run made ahead for this one, of the kind it wants: for py, forked from the
+        interpreter with the libraries it names, else from the bare one, where any other
+        language runs by exec. With none of its kind ready, one forked now (a fork costs
+        less than the imports the other kind would make), else one of the other kind."""
         order = ["bare"]
         if program.lang == "py":
             order = ["py", "bare"] if warm.wants_preloaded(program.code) else ["bare", "py"]
-        return next((ready for name in order if (pool := self.warm[name]) and (ready := pool.take())), None)
+        pools = [pool for name in order if (pool := self.warm[name])]
+        if not pools:
+            return None
+        return pools[0].take() or pools[0].make() or next((slot for pool in pools[1:] if (slot := pool.take())), None)
 
     @contextlib.contextmanager
     def create(

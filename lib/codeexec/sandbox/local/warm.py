@@ -105,27 +105,31 @@ class Server:
             raise
 
     def _wait_ready(self) -> None:
-        stdout, stderr = self.sandbox.streams
-        said = b""
-        deadline = time.monotonic() + _START_SECONDS
-        while len(said) < len(forkserver.READY) and select.select([stdout], [], [], deadline - time.monotonic())[0]:
-            chunk = os.read(stdout, len(forkserver.READY) - len(said))
-            if not chunk:
-                break
-            said += chunk
-        if said != forkserver.READY:
+        """Its hello, once it has imported everything: then it gets a normal priority,
+        for the runs that it forks on demand."""
+        self.control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.control.settimeout(_START_SECONDS)
+        try:
+            message, _, pid = forkserver.receive(self.control)
+        except TimeoutError:
+            message, pid = None, None
+        self.control.settimeout(None)
+        if message != {"hello": "server"} or not pid:
             self.sandbox.kill()
+            _, stderr = self.sandbox.streams
             raise RuntimeError(f"the fork server did not start: {os.read(stderr, 4096).decode(errors='replace')}")
+        os.setpriority(os.PRIO_PROCESS, pid, 0)
 
-    def fork(self, limits: Limits, parents: Mapping[str, cgroups.Parent]) -> Slot | None:
-        """A run made ahead; None once the server is retired."""
+    def fork(self, limits: Limits, parents: Mapping[str, cgroups.Parent], nice: int) -> Slot | None:
+        """A run made ahead, its processes at `nice` until its hand-over; None once the
+        server is retired."""
         with self._lock:
             if self._retired:
                 return None
             self.forked += 1
             self._out += 1
         try:
-            return Slot(self, limits, parents)
+            return Slot(self, limits, parents, nice)
         except BaseException:
             self.release()
             raise
@@ -181,9 +185,10 @@ class Slot:
     """A run made ahead: its monitor, init and program forked from a server, the program
     in namespaces and a cgroup of its own, waiting for its session (forkserver.py)."""
 
-    def __init__(self, server: Server, limits: Limits, parents: Mapping[str, cgroups.Parent]):
+    def __init__(self, server: Server, limits: Limits, parents: Mapping[str, cgroups.Parent], nice: int):
         self.server = server
         self.limits = limits
+        self.nice = nice
         self.cgroup = cgroups.RunCgroup(parents)
         self.pids: dict[str, int] = {}  # host pids: monitor, init, program
         self.pidfd: int | None = None  # the init's: killing it ends the run's PID namespace
@@ -204,7 +209,8 @@ class Slot:
             raise
 
     def _wait_ready(self) -> None:
-        """Each of its three processes says hello once it is where it should be."""
+        """Each of its three processes says hello once it is where it should be; each is
+        given the slot's priority as it does (what it forks from then on inherits it)."""
         self.ctl.settimeout(_READY_SECONDS)
         while len(self.pids) < 3:
             message, fds, pid = forkserver.receive(self.ctl)
@@ -213,6 +219,8 @@ class Slot:
             if message is None or "hello" not in message or not pid:
                 raise RuntimeError(f"a run made ahead failed: {message}")
             self.pids[message["hello"]] = pid
+            if self.nice:
+                os.setpriority(os.PRIO_PROCESS, pid, self.nice)
         self.ctl.settimeout(None)
         self.pidfd = os.pidfd_open(self.pids["init"])
 
@@ -250,7 +258,7 @@ class Slot:
         sources = [bwrap.memfd(name, content) for name, content in program.items()]
         try:
             forkserver.restrict(tree)
-            for pid in self.pids.values():  # every process of the run starts from its priority
+            for pid in self.pids.values() if self.nice else ():  # a run gets its normal priority
                 os.setpriority(os.PRIO_PROCESS, pid, 0)
             # A py run is the toolchain's `python3 -s <source> <args...>`, run in the interpreter itself.
             run = {"source": argv[2], "args": list(argv[3:])} if python else {"argv": list(argv)}
@@ -388,11 +396,25 @@ class Pool:
         return len(self._ready) >= self.size
 
     def take(self) -> Slot | None:
-        """A run made ahead at once, or None: the caller runs cold, never waits."""
+        """A run made ahead, at once, or None."""
         with self._lock:
             slot = self._ready.pop(0) if self._ready else None
             self.taken += slot is not None
         self._wanted.set()
+        return slot
+
+    def make(self) -> Slot | None:
+        """A run made now, at normal priority, when none was ready: it costs a fork, where a
+        cold run costs a new interpreter and its imports. None without a live server."""
+        server = self.server
+        if self.closed or server is None or not server.alive():
+            return None
+        try:
+            slot = server.fork(self._limits, self._parents, 0)
+        except Exception:
+            log.exception("a run could not be forked on demand; it runs cold")
+            return None
+        self.taken += slot is not None
         return slot
 
     def close(self) -> None:
@@ -412,7 +434,7 @@ class Pool:
             self._wanted.clear()
             while not self.closed and len(self._ready) < self.size:
                 try:
-                    slot = self._current_server().fork(self._limits, self._parents)
+                    slot = self._current_server().fork(self._limits, self._parents, _REFILL_NICE)
                 except Exception:
                     self._failed()
                     time.sleep(_RETRY_SECONDS)
