@@ -119,7 +119,9 @@ def latency_table(url: str, key: str, rounds: int, stack: ExitStack) -> dict[str
     return main
 
 
-def throughput_table(urls: dict[str, str], key: str, calls: int, max_seconds: float, stack: ExitStack) -> dict[str, str]:
+def throughput_table(
+    urls: dict[str, str], key: str, calls: int, max_seconds: float, stack: ExitStack
+) -> dict[str, str]:
     print(f"\nthroughput, runs/s at 4 callers, back to back: {calls} calls a side (at most {max_seconds:g} s)")
     print(f"{'program':<16}{'warm':>8}{'cold':>8}{'warm/cold':>11}")
     main = {}
