@@ -60,8 +60,10 @@ log = logging.getLogger("codeexec.local.warm")
 
 _SOURCES = {name: (Path(__file__).parent / name).read_bytes() for name in ("zygote.py", "forkserver.py")}
 _REFILL_NICE = 10
-# A server is infrastructure, not a run: its cgroup bounds it to a quarter of the host.
+# A server is infrastructure, not a run: its cgroup bounds it to a quarter of the host's
+# memory, and its processes (a monitor for each run it made: far fewer) to this many.
 _SERVER_MEMORY_BYTES = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+_SERVER_PROCESSES = 4096
 _SERVER_RUNS = 1000
 _SERVER_SECONDS = 15 * 60
 _START_SECONDS = 60.0  # a server's imports, at low priority on a busy host
@@ -85,7 +87,7 @@ class Server:
             self._stack.callback(self.control.close)
             with theirs:
                 cgroup = self._stack.enter_context(
-                    cgroups.run_cgroup(parents, _SERVER_MEMORY_BYTES, limits.max_processes)
+                    cgroups.run_cgroup(parents, _SERVER_MEMORY_BYTES, _SERVER_PROCESSES)
                 )
                 argv = [
                     # The CPU limit is each run's own: the server's imports spend none of it.
