@@ -386,3 +386,21 @@ def test_a_run_the_slot_cannot_take_runs_cold(
     reply = run(client, WARM + "print(6 * 7)")
     assert reply["stdout"] == "cold\n42\n"
     assert pools(app)["py"].taken == 1  # it was taken, failed before the program had its run, and ran cold
+
+
+def test_without_cgroups_a_bare_servers_runs_hold_the_rlimits_cold_runs_hold(
+    settings: Settings, warm_pools: None
+) -> None:
+    app = create_app(
+        settings.model_copy(
+            update={"sandbox_cgroups": False, "warm_python": 1, "warm_sandboxes": 1, "run_memory_bytes": 96 << 20,
+                    "run_max_processes": 24}
+        )  # fmt: skip
+    )
+    client = TestClient(app, headers={"X-API-Key": API_KEY})
+    assert pools(app)["py"] is None  # an address-space limit would count its libraries
+    code = "import resource as r\nprint(r.getrlimit(r.RLIMIT_AS), r.getrlimit(r.RLIMIT_NPROC))"
+    assert run(client, code)["stdout"] == f"({96 << 20}, {96 << 20}) (24, 24)\n"
+    bomb = run(client, "hoard = []\nwhile True:\n    hoard.append(bytearray(1 << 20))")
+    assert "MemoryError" in bomb["stderr"]  # the allocation fails; the program says so itself
+    assert pools(app)["bare"].taken == 2

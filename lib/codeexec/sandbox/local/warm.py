@@ -110,12 +110,10 @@ class Server:
         """Its hello, once it has imported everything: then it gets a normal priority,
         for the runs that it forks on demand."""
         self.control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        self.control.settimeout(_START_SECONDS)
-        try:
-            message, _, pid = forkserver.receive(self.control)
-        except TimeoutError:
-            message, pid = None, None
-        self.control.settimeout(None)
+        control = self.control.fileno()
+        ended = self.sandbox.pidfd  # bwrap holds the server's end too: its sandbox's end shows here
+        said = ended is not None and select.select([control, ended], [], [], _START_SECONDS)[0] == [control]
+        message, _, pid = forkserver.receive(self.control) if said else (None, [], None)
         if message != {"hello": "server"} or not pid:
             self.sandbox.kill()
             _, stderr = self.sandbox.streams
@@ -381,9 +379,10 @@ class Pool:
         if os.geteuid() != 0:
             log.warning("warm sandboxes are off: the service is not root (it hands each run its session's mount)")
             return None
-        if "memory" not in parents:
-            # An address-space limit, which stands in, would count the server's libraries.
-            log.warning("warm sandboxes are off: no memory cgroup")
+        if preload and "memory" not in parents:
+            # The address-space limit that stands in would count the libraries. A bare
+            # server's runs hold it as cold runs do: it is the server's, and each fork's.
+            log.warning("warm sandboxes with the libraries are off: no memory cgroup")
             return None
         _start_ending()
         pool = cls(preload, size, limits, as_user, parents)
