@@ -59,7 +59,7 @@ from .toolchains import CODE_DIR, PYTHON_SITE
 log = logging.getLogger("codeexec.local.warm")
 
 _SOURCES = {name: (Path(__file__).parent / name).read_bytes() for name in ("zygote.py", "forkserver.py")}
-_REFILL_NICE = 10
+
 # A server is infrastructure, not a run: its cgroup bounds it to a quarter of the host's
 # memory, and its processes (a monitor for each run it made: far fewer) to this many.
 _SERVER_MEMORY_BYTES = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
@@ -70,6 +70,17 @@ _START_SECONDS = 60.0  # a server's imports, at low priority on a busy host
 _READY_SECONDS = 10.0  # a run made ahead
 _ENDED_SECONDS = 5.0  # a run's last process, after it was killed
 _RETRY_SECONDS = 1.0  # after a run made ahead failed to start
+
+
+def _may_renice() -> bool:
+    """Giving a process its normal priority back takes CAP_SYS_NICE, which a container may
+    lack: then refills are not niced at all, or their runs would keep the lower priority."""
+    status = Path("/proc/self/status").read_text()
+    effective = next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:"))
+    return bool(int(effective, 16) >> 23 & 1)  # CAP_SYS_NICE
+
+
+_REFILL_NICE = 10 if _may_renice() else 0
 
 
 class Server:
@@ -103,7 +114,7 @@ class Server:
                 )
             self._wait_ready()
         except BaseException:
-            self._stack.close()
+            self._close()
             raise
 
     def _wait_ready(self) -> None:
@@ -118,7 +129,8 @@ class Server:
             self.sandbox.kill()
             _, stderr = self.sandbox.streams
             raise RuntimeError(f"the fork server did not start: {os.read(stderr, 4096).decode(errors='replace')}")
-        os.setpriority(os.PRIO_PROCESS, pid, 0)
+        if _REFILL_NICE:
+            os.setpriority(os.PRIO_PROCESS, pid, 0)
 
     def fork(self, limits: Limits, parents: Mapping[str, cgroups.Parent], nice: int) -> Slot | None:
         """A run made ahead, its processes at `nice` until its hand-over; None once the
@@ -158,7 +170,8 @@ class Server:
             self._close()
 
     def _close(self) -> None:
-        self.sandbox.kill()
+        if hasattr(self, "sandbox"):  # killed first: closing its context waits for it to end
+            self.sandbox.kill()
         self._stack.close()
 
 
