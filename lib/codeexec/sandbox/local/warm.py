@@ -23,10 +23,11 @@ A slot serves one run, then it is gone, so nothing of one run reaches another, a
 sees two sessions. A run cannot see, signal, trace or read its server or a sibling:
 they are outside its PID namespace, and the filter denies ptrace and process_vm_*.
 
-Never slower than cold, never weaker: `take` never waits (with none ready the run starts
-cold at once), and wherever a server cannot be had (not root, no memory cgroup, no user
-namespaces with capabilities, no open_tree) every run is cold, and the log says why.
-Refills run at low priority (nice); a run gets its normal priority at its hand-over.
+Never slower than cold, never weaker: a run takes one ready, or one forked for it at once
+(a fork costs milliseconds; the imports a cold run makes, a second); wherever a server
+cannot be had (not root, no user namespaces with capabilities, no open_tree; for the one
+with the libraries, no memory cgroup) those runs are cold, and the log says why. Refills
+run at low priority (nice); a run gets its normal priority at its hand-over.
 The reply is built from the run's exit and output; reaping it and removing its cgroup
 happen after, in a thread of their own. A server is replaced after _SERVER_RUNS runs or
 _SERVER_SECONDS: its forks share its address-space layout (README "Warm sandboxes").
