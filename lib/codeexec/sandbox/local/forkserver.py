@@ -3,32 +3,34 @@
 It runs INSIDE a bubblewrap sandbox of its own (warm.py starts it: no network, /usr
 read-only, the sandbox uid), keeping three capabilities inside its own user namespace:
 CAP_SYS_ADMIN (namespaces, mounts), CAP_NET_ADMIN (the run's loopback up) and
-CAP_SETPCAP (to empty the bounding set). It never runs user code, and no run can reach it.
-This module is also the protocol both ends speak; the service imports it for that.
+CAP_SETPCAP (to empty the bounding set). It is pid 1 of a PID namespace of its own, so
+that it may give each run a PID namespace and take its own back. It never runs user
+code, and no run can reach it. This module is also the protocol both ends speak; the
+service imports it for that.
 
 For each run made ahead the service sends one message (`fork`) with the run's control
-socket and its cgroup's `cgroup.procs`, opened by the service. Three processes follow,
-as bwrap makes a cold run's:
+socket and its cgroup's `cgroup.procs`, opened by the service. Two processes follow:
 
-- the **monitor** (forked from the server): unshares mount, PID, network, IPC and UTS
-  namespaces, forks the init, then waits for the run on the control socket. At the run
-  it writes the program into /code, attaches the session's files at /mnt/data (a
-  detached mount the service made with open_tree, handed over with the message), hands
-  the run to the program, and reports its exit. It stays outside the run's PID
-  namespace: the program can neither see nor signal it.
-- the **init**, pid 1 of the new PID namespace: moves itself into the run's cgroup
-  (writing 0 through the service's descriptor), mounts the run's own /proc, /dev/pts,
-  /tmp, /dev/shm and /code, brings up the run's loopback, then drops every capability
-  (the bounding set too) and loads the seccomp filter cold runs load, so it holds exactly
-  what the program holds. It forks the program and reaps; when the program ends it kills
-  what the program left running and tells the monitor the exit status.
-- the **program**, pid 2: the run's sandbox as a cold run's. It waits for its run, and
-  only then takes its stdout and stderr, sets its CPU limit (its clock started at its
-  fork: a fork's CPU time starts at zero) and runs the program: Python in this very
-  interpreter (zygote.py), or any command line by exec.
+- the run's **init**, pid 1 of a new PID namespace: moves itself into the run's cgroup
+  (writing 0 through the service's descriptor), unshares mount, network, IPC and UTS
+  namespaces, mounts the run's own /proc, /dev/pts, /tmp, /dev/shm and /code, brings up
+  the run's loopback and forks the program. At the run it writes the program into /code
+  (then read-only), attaches the session's files at /mnt/data (a detached mount the
+  service made with open_tree, handed over with the run), says so, drops every
+  capability (the bounding set too) and loads the seccomp filter, so that from then on
+  it holds what the program holds, as bwrap's init does, and hands the program its run.
+  It reaps; when the program ends it kills and reaps what the program left running and
+  reports the exit status.
+- the **program**, pid 2: right away it drops every capability and loads the seccomp
+  filter cold runs load, then waits for its run. Only then does it take its stdout and
+  stderr, set its CPU limit (its clock started at its fork: a fork's CPU time starts at
+  zero) and run the program: Python in this very interpreter (zygote.py), or any command
+  line by exec.
 
-Each message on the control socket carries its sender's credentials, which the kernel
-gives the service as host pids: how the service knows whom to kill and renice.
+While the init still holds its capabilities the program cannot reach it (the kernel lets
+no process trace or read one that holds more than itself). Each message on the control
+socket carries its sender's credentials, which the kernel gives the service as host
+pids: how the service knows whom to kill and renice.
 """
 
 from __future__ import annotations
@@ -162,19 +164,49 @@ def _read(path: str) -> bytes:
 Interpret = Callable[[str, list[str]], int]  # runs a Python program, returns its exit code
 
 
+def own_pid_namespace() -> None:
+    """Go on as pid 1 of a PID namespace this process's user namespace owns (bwrap's is
+    not): only there may it give a child a PID namespace of its own and then take its
+    own back. The process that called it stays behind, waiting."""
+    _check(_libc.unshare(_CLONE_NEWPID), "unshare")
+    server = os.fork()
+    if server:
+        os._exit(os.waitstatus_to_exitcode(os.waitpid(server, 0)[1]) & 0xFF)
+
+
 def serve(control: socket.socket, interpret: Interpret, config: Config) -> NoReturn:
-    """Fork a monitor for each `fork` message, until the service closes the socket."""
+    """Fork a run's init for each `fork` message, until the service closes the socket."""
     # Children are reaped by the kernel: the server never waits on a run.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     send(control, {"hello": "server"})
     while True:
         message, fds, _ = receive(control)
         if message is None:
             os._exit(0)
-        if os.fork() == 0:
-            _exit_on_error(fds[0], _monitor, control, fds, interpret, config)
-        for fd in fds:
-            os.close(fd)
+        try:
+            if _fork_into_new_pid_namespace(own) == 0:
+                os.close(own)
+                _exit_on_error(fds[0], _init, control, fds, interpret, config)
+        except OSError as error:  # no fork now (a process limit): that run says so, the server goes on
+            with socket.socket(fileno=os.dup(fds[0])) as report, contextlib.suppress(OSError):
+                send(report, {"error": str(error)})
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _fork_into_new_pid_namespace(own: int) -> int:
+    """fork(), the child pid 1 of a new PID namespace; the server keeps its own."""
+    _check(_libc.unshare(_CLONE_NEWPID), "unshare")  # for the next child only
+    try:
+        child = os.fork()
+    except BaseException:
+        _check(_libc.setns(own, _CLONE_NEWPID), "setns")
+        raise
+    if child:
+        _check(_libc.setns(own, _CLONE_NEWPID), "setns")
+    return child
 
 
 def _exit_on_error(ctl: int, body: Callable[..., None], *args: Any) -> NoReturn:
@@ -187,94 +219,61 @@ def _exit_on_error(ctl: int, body: Callable[..., None], *args: Any) -> NoReturn:
     os._exit(0)
 
 
-def _monitor(control: socket.socket, fds: list[int], interpret: Interpret, config: Config) -> None:
+def _init(control: socket.socket, fds: list[int], interpret: Interpret, config: Config) -> None:
     control.close()
     ctl_fd, *procs = fds
     _quiet()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # Signals from inside its namespace never reach pid 1 unless it handles one: none is.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     ctl = socket.socket(fileno=ctl_fd)
-    send(ctl, {"hello": "monitor"})
-    _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
-    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of the run's mounts reaches the server, or back
-    exits_r, exits_w = os.pipe()
-    handoff, program_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    init = os.fork()
-    if init == 0:
-        os.close(exits_r)
-        handoff.close()
-        _exit_on_error(ctl.fileno(), _init, ctl, procs, exits_w, program_end, interpret, config)
-    for fd in (*procs, exits_w):
+    for fd in procs:  # into the run's cgroup: every process of the run is born inside
+        os.write(fd, b"0")
         os.close(fd)
+    send(ctl, {"hello": "init"})
+    _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of the run's mounts reaches the server, or back
+    _mount_run_filesystems(config)
+    _loopback_up()
+    handoff, program_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    program = os.fork()
+    if program == 0:
+        handoff.close()
+        _program(ctl, program_end, interpret, config)
     program_end.close()
     run, run_fds, _ = receive(ctl)
-    if run is not None:
-        _hand_over(run, run_fds, handoff)
-        # The init reports the program's status; nothing, if the run was killed whole.
-        with os.fdopen(exits_r, "rb") as exits:
-            reported = exits.read(16)
-        send(ctl, {"exit": _exit_code(reported)})
-    os.kill(init, signal.SIGKILL)  # a run never handed over: the run's processes end with it
-    os.waitpid(init, 0)
+    if run is None:  # the slot was closed unused: the program ends with this namespace
+        os._exit(0)
+    _hand_over(run, run_fds)
+    _drop_privileges(config.seccomp)
+    send(ctl, {"started": True})
+    send(handoff, run["run"], run_fds[1:3])
+    for fd in run_fds:
+        os.close(fd)
+    handoff.close()
+    code = os.waitstatus_to_exitcode(_reap_until(program))
+    _end_the_rest()
+    # As bwrap reports a program a signal ended: 128 + the signal's number.
+    send(ctl, {"exit": 128 - code if code < 0 else code})
 
 
-def _exit_code(reported: bytes) -> int:
-    # The init holds what the program holds: what it says is a number or the run was killed.
-    try:
-        return max(0, min(int(reported), 255))
-    except ValueError:
-        return 128 + signal.SIGKILL
-
-
-def _hand_over(run: Mapping[str, Any], fds: list[int], handoff: socket.socket) -> None:
-    """The program into /code (then read-only), the session's files at /mnt/data, and the
-    run to the program: its output descriptors and what to run."""
-    tree, stdout, stderr, *sources = fds
-    try:
-        for name, fd in zip(run["files"], sources, strict=True):
-            _write(f"/code/{name}", fd)
-        mount(None, "/code", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        attach(tree, "/mnt/data")
-        # The session's mount must be what the program finds, or it would run in an empty directory.
-        inside, given = os.stat("/mnt/data"), os.fstat(tree)
-        if (inside.st_dev, inside.st_ino) != (given.st_dev, given.st_ino):
-            raise OSError(errno.EIO, "the session's files did not arrive at /mnt/data")
-        send(handoff, run["run"], [stdout, stderr])
-    finally:
-        for fd in fds:
-            os.close(fd)
+def _hand_over(run: Mapping[str, Any], fds: list[int]) -> None:
+    """The program into /code (then read-only), and the session's files at /mnt/data."""
+    tree, _, _, *sources = fds
+    for name, fd in zip(run["files"], sources, strict=True):
+        _write(f"/code/{name}", fd)
+    mount(None, "/code", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    attach(tree, "/mnt/data")
+    # The session's mount must be what the program finds, or it would run in an empty directory.
+    inside, given = os.stat("/mnt/data"), os.fstat(tree)
+    if (inside.st_dev, inside.st_ino) != (given.st_dev, given.st_ino):
+        raise OSError(errno.EIO, "the session's files did not arrive at /mnt/data")
 
 
 def _write(path: str, source: int) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as out, os.fdopen(os.dup(source), "rb") as data:
         out.write(data.read())
-
-
-def _init(
-    ctl: socket.socket, procs: list[int], exits: int, handoff: socket.socket, interpret: Interpret, config: Config
-) -> None:
-    for fd in procs:  # into the run's cgroup: every process of the run is born inside
-        os.write(fd, b"0")
-        os.close(fd)
-    send(ctl, {"hello": "init"})
-    _mount_run_filesystems(config)
-    _loopback_up()
-    _drop_privileges(config.seccomp)
-    program = os.fork()
-    if program == 0:
-        os.close(exits)  # the init's report: not the program's to write
-        _program(ctl, handoff, interpret, config)
-    ctl.close()
-    handoff.close()
-    # Signals from inside its namespace never reach pid 1 unless it handles one: none is.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    try:
-        code = os.waitstatus_to_exitcode(_reap_until(program))
-        _end_the_rest()
-        # As bwrap reports a program a signal ended: 128 + the signal's number.
-        os.write(exits, str(128 - code if code < 0 else code).encode())
-    finally:
-        os._exit(0)
 
 
 def _reap_until(pid: int) -> int:
@@ -340,9 +339,15 @@ def _drop_privileges(seccomp: bytes) -> None:
 
 
 def _program(ctl: socket.socket, handoff: socket.socket, interpret: Interpret, config: Config) -> NoReturn:
-    """Ready, then the run: from the moment its output is the run's, what fails is the
-    program's to say, on its own stderr."""
-    send(ctl, {"hello": "program"})
+    """Confined at once, ready, then the run: from the moment its output is the run's,
+    what fails is the program's to say, on its own stderr."""
+    try:
+        _drop_privileges(config.seccomp)
+        send(ctl, {"hello": "program"})
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            send(ctl, {"error": f"{type(error).__name__}: {error}"})
+        os._exit(0)
     ctl.close()
     run, fds, _ = receive(handoff)
     handoff.close()

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import functools
 import json
 import logging
@@ -62,7 +63,7 @@ log = logging.getLogger("codeexec.local.warm")
 _SOURCES = {name: (Path(__file__).parent / name).read_bytes() for name in ("zygote.py", "forkserver.py")}
 
 # A server is infrastructure, not a run: its cgroup bounds it to a quarter of the host's
-# memory, and its processes (a monitor for each run it made: far fewer) to this many.
+# memory, and its processes (each run's init starts there, then moves to its own) to this many.
 _SERVER_MEMORY_BYTES = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
 _SERVER_PROCESSES = 4096
 _SERVER_RUNS = 1000
@@ -191,20 +192,16 @@ def _files(limits: Limits) -> dict[str, bytes]:
     }  # fmt: skip
 
 
-class HandOverFailed(Exception):
-    """The run made ahead could not take its run: it runs cold."""
-
-
 class Slot:
-    """A run made ahead: its monitor, init and program forked from a server, the program
-    in namespaces and a cgroup of its own, waiting for its session (forkserver.py)."""
+    """A run made ahead: its init and program forked from a server, in namespaces and a
+    cgroup of their own, waiting for their session (forkserver.py)."""
 
     def __init__(self, server: Server, limits: Limits, parents: Mapping[str, cgroups.Parent], nice: int):
         self.server = server
         self.limits = limits
         self.nice = nice
         self.cgroup = cgroups.RunCgroup(parents)
-        self.pids: dict[str, int] = {}  # host pids: monitor, init, program
+        self.pids: dict[str, int] = {}  # host pids: init, program
         self.pidfd: int | None = None  # the init's: killing it ends the run's PID namespace
         self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.ctl.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -223,10 +220,10 @@ class Slot:
             raise
 
     def _wait_ready(self) -> None:
-        """Each of its three processes says hello once it is where it should be; each is
+        """Each of its two processes says hello once it is where it should be; each is
         given the slot's priority as it does (what it forks from then on inherits it)."""
         self.ctl.settimeout(_READY_SECONDS)
-        while len(self.pids) < 3:
+        while len(self.pids) < 2:
             message, fds, pid = forkserver.receive(self.ctl)
             for fd in fds:
                 os.close(fd)
@@ -252,9 +249,6 @@ class Slot:
                 return None
             try:
                 return bwrap.finish(_Forked(self, streams), self.cgroup, timeout, self.limits, cancelled)
-            except HandOverFailed as failed:
-                log.error("a warm sandbox could not take its run (%s); it runs cold", failed)
-                return None
             finally:
                 for fd in streams:
                     os.close(fd)
@@ -284,6 +278,18 @@ class Slot:
         finally:
             for fd in (tree, out_w, err_w, *sources):
                 os.close(fd)
+        # Started, or not (then nothing of the program ran, and the run goes cold).
+        self.ctl.settimeout(_READY_SECONDS)
+        try:
+            message, fds, _ = forkserver.receive(self.ctl)
+        finally:
+            self.ctl.settimeout(None)
+        for fd in fds:
+            os.close(fd)
+        if message != {"started": True}:
+            os.close(out_r)
+            os.close(err_r)
+            raise OSError(errno.EIO, f"the run was not started: {message}")
         return out_r, err_r
 
     def close(self) -> None:
@@ -293,7 +299,7 @@ class Slot:
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
             with contextlib.suppress(OSError):
-                self.ctl.shutdown(socket.SHUT_WR)  # an unused slot's monitor ends it then
+                self.ctl.shutdown(socket.SHUT_WR)  # an unused slot's init ends it then
             self._wait_ended()
             self.cgroup.remove()
         finally:
@@ -303,8 +309,8 @@ class Slot:
             self.server.release()
 
     def _wait_ended(self) -> None:
-        """The monitor is the last of the run's processes (it reaps the init, which outlives
-        every other); the control socket's far end closes with it."""
+        """The init is the last of the run's processes (it reaps every other, and the
+        kernel waits for them before it ends); the control socket's far end closes with it."""
         self.ctl.settimeout(_ENDED_SECONDS)
         with contextlib.suppress(OSError):
             while forkserver.receive(self.ctl)[0] is not None:
@@ -313,7 +319,7 @@ class Slot:
 
 class _Forked:
     """A forked run under way, as bwrap.finish collects it (bwrap.Started): its exit
-    arrives from its monitor on the control socket."""
+    arrives from its init on the control socket."""
 
     def __init__(self, slot: Slot, streams: tuple[int, int]) -> None:
         self.slot = slot
@@ -329,12 +335,10 @@ class _Forked:
             message, fds, _ = forkserver.receive(ctl)
             for fd in fds:
                 os.close(fd)
-            if message is None:  # the monitor is gone without a word: so is the run
-                self._code = 128 + signal.SIGKILL
-            elif "error" in message:
-                raise HandOverFailed(message["error"])
-            elif "exit" in message:
-                self._code = int(message["exit"])
+            # The init holds what the program holds by now: what it says is an exit status,
+            # or the run ended without one (killed whole, as by the memory limit).
+            code = (message or {}).get("exit")
+            self._code = code if isinstance(code, int) and 0 <= code <= 255 else 128 + signal.SIGKILL
         return self._code
 
     def kill(self) -> None:

@@ -96,10 +96,11 @@ def exit_code(source: str, args: list[str]) -> int:
 
 
 def main() -> None:
-    if "--bare" not in sys.argv[1:]:  # a bare interpreter has started Python, nothing more
-        preload()
     # A sibling in /code here, not a module of the package the service imports this from.
     forkserver = importlib.import_module("forkserver")
+    forkserver.own_pid_namespace()
+    if "--bare" not in sys.argv[1:]:  # a bare interpreter has started Python, nothing more
+        preload()
     config = forkserver.load_config()
     # What the imports made is never garbage: the runs' collections skip it, and so never
     # touch (and copy) the pages each fork shares with this process.
