@@ -330,6 +330,10 @@ def test_a_warm_run_prints_its_own_errors_and_runs_its_atexit(app: FastAPI, clie
     wait_warm(app)
     exited = run(client, WARM + "import atexit, sys\natexit.register(print, 'bye')\nsys.exit(3)")
     assert exited["stdout"] == "warm\nbye\n", exited
+    wait_warm(app)
+    # Python's own signal handling, as in a Python started for the run.
+    interrupted = run(client, WARM + "import os, signal\nos.kill(os.getpid(), signal.SIGINT)")
+    assert interrupted["stderr"].endswith("KeyboardInterrupt\n"), interrupted
 
 
 def test_a_server_is_replaced_after_its_runs(

@@ -224,8 +224,6 @@ def _init(control: socket.socket, fds: list[int], interpret: Interpret, config: 
     ctl_fd, *procs = fds
     _quiet()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    # Signals from inside its namespace never reach pid 1 unless it handles one: none is.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
     ctl = socket.socket(fileno=ctl_fd)
     for fd in procs:  # into the run's cgroup: every process of the run is born inside
         os.write(fd, b"0")
@@ -241,6 +239,8 @@ def _init(control: socket.socket, fds: list[int], interpret: Interpret, config: 
         handoff.close()
         _program(ctl, program_end, interpret, config)
     program_end.close()
+    # Signals from inside its namespace never reach pid 1 unless it handles one: none is.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     run, run_fds, _ = receive(ctl)
     if run is None:  # the slot was closed unused: the program ends with this namespace
         os._exit(0)
