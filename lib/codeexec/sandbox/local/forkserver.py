@@ -40,6 +40,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import json
 import os
 import resource
@@ -65,7 +66,7 @@ MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x2, 0x4
 # The new mount API's calls have one number on every architecture.
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
 _OPEN_TREE_CLONE, _AT_FDCWD, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 1, -100, 0x1000, 0x4
-_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_CAPBSET_DROP = 22, 2, 24
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_CAPBSET_READ, _PR_CAPBSET_DROP = 22, 2, 23, 24
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _SIOCSIFFLAGS, _IFF_UP = 0x8914, 0x1
 # What bwrap covers read-only in the /proc it mounts.
@@ -179,6 +180,7 @@ def serve(control: socket.socket, interpret: Interpret, config: Config) -> NoRet
     # Children are reaped by the kernel: the server never waits on a run.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    _bounding_set()
     send(control, {"hello": "server"})
     while True:
         message, fds, _ = receive(control)
@@ -271,9 +273,14 @@ def _hand_over(run: Mapping[str, Any], fds: list[int]) -> None:
 
 
 def _write(path: str, source: int) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as out, os.fdopen(os.dup(source), "rb") as data:
-        out.write(data.read())
+    """A file of the program (its name is a file name), copied in the kernel."""
+    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        size, offset = os.fstat(source).st_size, 0
+        while offset < size:
+            offset += os.sendfile(out, source, offset, size - offset)
+    finally:
+        os.close(out)
 
 
 def _reap_until(pid: int) -> int:
@@ -324,11 +331,18 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", _IFF_UP))
 
 
+@functools.cache
+def _bounding_set() -> tuple[int, ...]:
+    """What the server's bounding set holds (bwrap leaves its three capabilities): read
+    once, in the server, and known to every fork."""
+    last = int(_read("/proc/sys/kernel/cap_last_cap"))
+    return tuple(cap for cap in range(last + 1) if _libc.prctl(_PR_CAPBSET_READ, cap, 0, 0, 0) == 1)
+
+
 def _drop_privileges(seccomp: bytes) -> None:
     """Every capability gone, the bounding and ambient sets too, and the seccomp filter on:
     from here on this process holds what a cold run's program holds."""
-    last = int(_read("/proc/sys/kernel/cap_last_cap"))
-    for cap in range(last + 1):
+    for cap in _bounding_set():
         _check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "drop the bounding set")
     _check(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear the ambient set")
     header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process

@@ -13,6 +13,7 @@ import contextlib
 import gc
 import importlib
 import os
+import runpy  # here, not in each run: its imports cost a bare run more than its program
 import socket
 import sys
 import threading
@@ -59,8 +60,6 @@ def run(source: str, args: list[str]) -> None:
     """The program, as `python3 -s source args...` would run it (in /mnt/data)."""
     sys.argv = [source, *args]
     sys.path[0] = os.path.dirname(source)
-    import runpy
-
     try:
         runpy.run_path(source, run_name="__main__")
     except SystemExit:
