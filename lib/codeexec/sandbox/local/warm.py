@@ -453,7 +453,10 @@ class Pool:
             self._wanted.clear()
             while not self.closed and len(self._ready) < self.size:
                 try:
-                    slot = self._current_server().fork(self._limits, self._parents, _REFILL_NICE)
+                    # At low priority while the pool has half its runs ready; past that, runs
+                    # are about to be forked on demand: the same work, better done ahead.
+                    nice = _REFILL_NICE if len(self._ready) >= self.size / 2 else 0
+                    slot = self._current_server().fork(self._limits, self._parents, nice)
                 except Exception:
                     self._failed()
                     time.sleep(_RETRY_SECONDS)
