@@ -24,10 +24,11 @@ sees two sessions. A run cannot see, signal, trace or read its server or a sibli
 they are outside its PID namespace, and the filter denies ptrace and process_vm_*.
 
 Never slower than cold, never weaker: a run takes one ready, or one forked for it at once
-(a fork costs milliseconds; the imports a cold run makes, a second); wherever a server
-cannot be had (not root, no user namespaces with capabilities, no open_tree; for the one
-with the libraries, no memory cgroup) those runs are cold, and the log says why. Refills
-run at low priority (nice); a run gets its normal priority at its hand-over.
+(a fork costs milliseconds; the imports a cold run makes, half a second); wherever a
+server cannot be had (not root, no user namespaces with capabilities, no open_tree; for
+the one with the libraries, no memory cgroup) those runs are cold, and the log says why.
+Refills run at low priority (nice) while half the pool is ready; a run gets its normal
+priority at its hand-over.
 The reply is built from the run's exit and output; reaping it and removing its cgroup
 happen after, in a thread of their own. A server is replaced after _SERVER_RUNS runs or
 _SERVER_SECONDS: its forks share its address-space layout (README "Warm sandboxes").
@@ -271,6 +272,7 @@ class Slot:
             # A py run is the toolchain's `python3 -s <source> <args...>`, run in the interpreter itself.
             run = {"source": argv[2], "args": list(argv[3:])} if python else {"argv": list(argv)}
             forkserver.send(self.ctl, {"files": list(program), "run": run}, [tree, out_w, err_w, *sources])
+            self._wait_started()
         except BaseException:
             os.close(out_r)
             os.close(err_r)
@@ -278,7 +280,10 @@ class Slot:
         finally:
             for fd in (tree, out_w, err_w, *sources):
                 os.close(fd)
-        # Started, or not (then nothing of the program ran, and the run goes cold).
+        return out_r, err_r
+
+    def _wait_started(self) -> None:
+        """Started, or not: then nothing of the program ran, and the run goes cold."""
         self.ctl.settimeout(_READY_SECONDS)
         try:
             message, fds, _ = forkserver.receive(self.ctl)
@@ -287,10 +292,7 @@ class Slot:
         for fd in fds:
             os.close(fd)
         if message != {"started": True}:
-            os.close(out_r)
-            os.close(err_r)
             raise OSError(errno.EIO, f"the run was not started: {message}")
-        return out_r, err_r
 
     def close(self) -> None:
         """Kill what is left of the run, wait for its last process, remove its cgroup."""
@@ -433,7 +435,8 @@ class Pool:
         except Exception:
             log.exception("a run could not be forked on demand; it runs cold")
             return None
-        self.taken += slot is not None
+        with self._lock:
+            self.taken += slot is not None
         return slot
 
     def close(self) -> None:
