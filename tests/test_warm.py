@@ -408,3 +408,15 @@ def test_without_cgroups_a_bare_servers_runs_hold_the_rlimits_cold_runs_hold(
     bomb = run(client, "hoard = []\nwhile True:\n    hoard.append(bytearray(1 << 20))")
     assert "MemoryError" in bomb["stderr"]  # the allocation fails; the program says so itself
     assert pools(app)["bare"].taken == 2
+
+
+def test_a_host_without_detached_mounts_runs_every_run_cold(
+    settings: Settings, warm_pools: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def missing(path: str) -> int:
+        raise OSError(38, "Function not implemented")  # a kernel before 5.2
+
+    monkeypatch.setattr(forkserver, "open_tree", missing)
+    app = create_app(settings.model_copy(update={"warm_python": 1, "warm_sandboxes": 1}))
+    assert pools(app) == {"py": None, "bare": None}
+    assert run(TestClient(app, headers={"X-API-Key": API_KEY}), WARM + "print(6 * 7)")["stdout"] == "cold\n42\n"

@@ -399,6 +399,11 @@ class Pool:
         if os.geteuid() != 0:
             log.warning("warm sandboxes are off: the service is not root (it hands each run its session's mount)")
             return None
+        try:  # a session reaches a forked run as a detached mount (Linux 5.2)
+            os.close(forkserver.open_tree("/"))
+        except OSError as error:
+            log.warning("warm sandboxes are off: no detached mounts here (open_tree: %s)", error.strerror)
+            return None
         if preload and "memory" not in parents:
             # The address-space limit that stands in would count the libraries. A bare
             # server's runs hold it as cold runs do: it is the server's, and each fork's.
