@@ -6,8 +6,8 @@ the very same settings (root, limits), and the app switched to SANDBOX_BACKEND=r
 
 With CODEEXEC_TEST_WARM=1 (`make test-warm`), every `local` app keeps a run made ahead
 from each fork server (the interpreter with the libraries, the bare one), and waits for
-them before the test: the test's first Python run, and its first run of another
-language, are warm.
+them before the test: every run of the test is forked from a server (one made ahead, or
+one forked on demand).
 """
 
 from __future__ import annotations
