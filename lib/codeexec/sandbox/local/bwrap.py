@@ -213,9 +213,10 @@ class Sandbox:
     def kill(self) -> None:
         # When the first process of a PID namespace dies, the kernel kills all the others,
         # a fork bomb included; the process group takes bwrap itself.
-        with contextlib.suppress(ProcessLookupError):
-            if self.pidfd is not None:
+        if self.pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # bwrap, even where its sandbox has ended
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
