@@ -51,7 +51,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 from ..port import RunResult
@@ -349,12 +349,28 @@ class _Forked:
             signal.pidfd_send_signal(self.slot.pidfd, signal.SIGKILL)
 
 
+# bwrap --die-with-parent ends a server when the THREAD that started it ends: servers are
+# started by one that lives as long as the process (an executor's would end before atexit).
+_ServerTerms = tuple[bool, Limits, tuple[int, int], Mapping[str, cgroups.Parent]]
+_starts: queue.SimpleQueue[tuple[Future[Server], _ServerTerms]] = queue.SimpleQueue()
+
+
+def _start_servers() -> None:
+    while True:
+        started, terms = _starts.get()
+        try:
+            started.set_result(Server(*terms))
+        except Exception as error:
+            started.set_exception(error)
+
+
 _ending: queue.SimpleQueue[Slot] = queue.SimpleQueue()
 
 
 @functools.cache
-def _start_ending() -> None:
-    threading.Thread(target=_end_slots, name="warm-teardown", daemon=True).start()
+def _start_threads() -> None:
+    for target, name in ((_end_slots, "warm-teardown"), (_start_servers, "warm-server")):
+        threading.Thread(target=target, name=name, daemon=True).start()
 
 
 def _end_slots() -> None:
@@ -409,7 +425,7 @@ class Pool:
             # server's runs hold it as cold runs do: it is the server's, and each fork's.
             log.warning("warm sandboxes with the libraries are off: no memory cgroup")
             return None
-        _start_ending()
+        _start_threads()
         pool = cls(preload, size, limits, as_user, parents)
         _pools.append(pool)
         return pool
@@ -466,6 +482,8 @@ class Pool:
                     nice = _REFILL_NICE if len(self._ready) >= self.size / 2 else 0
                     slot = self._current_server().fork(self._limits, self._parents, nice)
                 except Exception:
+                    if self.closed:  # closed while it was made (the service is ending): no failure
+                        return
                     self._failed()
                     time.sleep(_RETRY_SECONDS)
                     continue
@@ -503,7 +521,9 @@ class Pool:
         return server
 
     def _start_server(self) -> Future[Server]:
-        return _starter.submit(Server, self.preload, self._limits, self._as_user, self._parents)
+        started: Future[Server] = Future()
+        _starts.put((started, (self.preload, self._limits, self._as_user, self._parents)))
+        return started
 
     def _replaced(self, started: Future[Server]) -> None:
         self._replacing = False
@@ -516,11 +536,6 @@ class Pool:
         for server in (old, new if self.closed else None):
             if server is not None:
                 server.retire()
-
-
-# bwrap --die-with-parent ends a server when the THREAD that started it ends: servers are
-# started by one that lives as long as the process.
-_starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warm-server")
 
 
 # A program that names one of zygote.PRELOADED, or a library built on them, wants the
