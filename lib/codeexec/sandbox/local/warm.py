@@ -553,7 +553,10 @@ _pools: list[Pool] = []
 @atexit.register
 def _close_all() -> None:
     """The servers die with the process (bwrap --die-with-parent), and their runs with
-    them; the runs made ahead are ended here, so that their cgroups go too."""
+    them; the runs made ahead, and those not yet taken down, are ended here, so that
+    their cgroups go too."""
     for pool in _pools:
         pool.close()
+    while not _ending.empty():
+        _ending.get().close()
 
