@@ -41,7 +41,7 @@ RUN python3 -m venv /opt/codeexec \
  && rm -rf /src \
  && /opt/codeexec/bin/python -c "from codeexec.sandbox.local import fonts; fonts.build()"
 # The runner listens on the MicroVM endpoint's default port; its sessions live in a volume.
-# One warm sandbox of each kind: a MicroVM serves one session, one run at a time.
+# One run made ahead of each kind: a MicroVM serves one session, one run at a time.
 ENV PATH=/opt/codeexec/bin:$PATH RUNNER_HOST=0.0.0.0 RUNNER_PORT=8080 SANDBOX_ROOT=/var/lib/codeexec \
     WARM_PYTHON=1 WARM_SANDBOXES=1
 VOLUME /var/lib/codeexec

@@ -167,7 +167,7 @@ RUNNER_SUITES := tests/test_app.py tests/test_contract_g1.py tests/test_contract
 test-runner: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
 	CODEEXEC_TEST_BACKEND=runner $(BIN)/pytest $(RUNNER_SUITES)
 
-# The suites that attack and limit runs again, every Python run warm (README "Warm interpreters").
+# The suites that attack and limit runs again, every run forked from a warm server (README "Warm sandboxes").
 WARM_SUITES := tests/test_security.py tests/test_limits.py tests/test_languages.py tests/test_environment.py
 .PHONY: test-warm
 test-warm: install

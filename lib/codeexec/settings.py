@@ -106,10 +106,9 @@ class Settings(BaseSettings):
     max_session_bytes: int = 1_073_741_824  # all of a session's files together
     # Use cgroups where the host offers them; false leaves rlimits alone to hold.
     sandbox_cgroups: bool = True
-    # Sandboxes kept ready (`local`, as root): Python interpreters with numpy, pandas and
-    # matplotlib imported (about 150 MB each); bare Python interpreters and sandboxes for
-    # any language, as many of each (16 and 2 MB). A run takes one, or starts cold at once
-    # when none is ready; 0 turns them off.
+    # Runs made ahead (`local`, as root), forked from a server that imported numpy, pandas
+    # and matplotlib, and from a bare one (py runs naming none of them, any other language
+    # by exec). With none ready a run is forked on demand; 0 turns them off.
     warm_python: int = 4
     warm_sandboxes: int = 4
 

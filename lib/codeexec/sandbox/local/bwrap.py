@@ -32,6 +32,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..port import Limit, LimitHit, RunResult
 from . import cgroups, fonts, seccomp
@@ -97,17 +98,22 @@ _WATCH_SECONDS = 0.02
 class _Control:
     """The descriptors bwrap reads besides the program."""
 
-    seccomp: int  # the compiled filter
+    seccomp: int | None  # the compiled filter (none for a fork server)
     info: int  # bwrap writes the sandbox's host pid here...
     block: int  # ...then waits for a byte here before it starts the program
 
 
 def bwrap_args(
-    data_dir: str, program_fds: Mapping[str, int], control: _Control, limits: Limits, code_dir: str | None = None
+    data_dir: str | None,
+    program_fds: Mapping[str, int],
+    control: _Control,
+    limits: Limits,
+    caps: Sequence[str] = (),
 ) -> list[str]:
     """bwrap's options, without the program's command line. The program's files are
-    `program_fds` placed in /code, or a host directory `code_dir` bound there read-only
-    (a warm interpreter's, whose program is written after it started)."""
+    `program_fds` placed in /code. A fork server (forkserver.py) has no session yet (an
+    empty /mnt/data), keeps `caps` inside its user namespace and gets no filter: its runs
+    load it themselves."""
     argv = [
         # --disable-userns needs --unshare-user named, even where bwrap would pick it itself.
         "--unshare-all", "--unshare-user", "--disable-userns", "--hostname", "sandbox",
@@ -123,10 +129,13 @@ def bwrap_args(
         # root, every file finds the packages, with `require` as well.
         "--symlink", NODE_MODULES, "/node_modules",
         "--proc", "/proc", "--dev", "/dev",
-        "--bind", data_dir, ARTIFACT_DIR, "--chdir", ARTIFACT_DIR,
-        "--cap-drop", "ALL", "--clearenv",
-        "--seccomp", str(control.seccomp), "--info-fd", str(control.info), "--block-fd", str(control.block),
+        *(["--bind", data_dir, ARTIFACT_DIR] if data_dir is not None else ["--dir", ARTIFACT_DIR]),
+        "--chdir", ARTIFACT_DIR,
+        "--cap-drop", "ALL", *(arg for cap in caps for arg in ("--cap-add", cap)), "--clearenv",
+        "--info-fd", str(control.info), "--block-fd", str(control.block),
     ]  # fmt: skip
+    if control.seccomp is not None:
+        argv += ["--seccomp", str(control.seccomp)]
     for path, mode in _RAM_DISKS:
         argv += ["--perms", mode, "--size", str(limits.memory_bytes), "--tmpfs", path]
     for name in _ETC:
@@ -135,8 +144,6 @@ def bwrap_args(
         argv += ["--tmpfs", path, "--remount-ro", path]
     for key, value in {**_ENV, **dict.fromkeys(_THREAD_VARS, str(limits.cpus))}.items():
         argv += ["--setenv", key, value]
-    if code_dir is not None:
-        argv += ["--ro-bind", code_dir, CODE_DIR]
     for name, fd in program_fds.items():  # a relative name is in /code
         argv += ["--ro-bind-data", str(fd), name if name.startswith("/") else f"{CODE_DIR}/{name}"]
     # Last: the root bwrap built the rest on, and /dev, are RAM disks writable until now.
@@ -169,10 +176,28 @@ def run(
             return finish(started, cgroup, timeout, limits, cancelled)
 
 
+class Started(Protocol):
+    """A run under way, as `finish` collects it: a bwrap sandbox (Sandbox) or a run
+    forked from a warm server (warm.py)."""
+
+    @property
+    def streams(self) -> tuple[int, int]:
+        """Where the program's stdout and stderr arrive."""
+
+    def poll(self) -> int | None:
+        """The exit code once the run ended, without waiting."""
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code, waiting at most timeout seconds (None: until the run ends)."""
+
+    def kill(self) -> None:
+        """Kill the whole run at once."""
+
+
 def finish(
-    started: Sandbox, cgroup: cgroups.RunCgroup, timeout: float, limits: Limits, cancelled: Callable[[], bool] | None
+    started: Started, cgroup: cgroups.RunCgroup, timeout: float, limits: Limits, cancelled: Callable[[], bool] | None
 ) -> RunResult:
-    """Collect a started sandbox's run to its end, or stop it at its limits."""
+    """Collect a started run to its end, or stop it at its limits."""
     output = _collect(started, timeout, limits, cancelled or (lambda: False))
     return RunResult(
         stdout=output.stdout.decode("utf-8", "replace"),
@@ -203,25 +228,41 @@ class Sandbox:
     pidfd: int | None = None  # the sandbox's first process, once it exists
     child: int | None = None  # its host pid
 
+    @property
+    def streams(self) -> tuple[int, int]:
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        return self.proc.stdout.fileno(), self.proc.stderr.fileno()
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     def kill(self) -> None:
         # When the first process of a PID namespace dies, the kernel kills all the others,
         # a fork bomb included; the process group takes bwrap itself.
-        with contextlib.suppress(ProcessLookupError):
-            if self.pidfd is not None:
+        if self.pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # bwrap, even where its sandbox has ended
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
 def sandbox(
-    data_dir: str,
+    data_dir: str | None,
     argv: Sequence[str],
     program: Mapping[str, bytes],
     limits: Limits,
     as_user: tuple[int, int] | None,
     cgroup: cgroups.RunCgroup,
-    code_dir: str | None = None,
     nice: int = 0,
+    caps: Sequence[str] = (),
+    pass_fds: Sequence[int] = (),
 ) -> Iterator[Sandbox]:
     """Start bwrap and put its sandbox into the run's cgroup before the program starts.
 
@@ -229,8 +270,9 @@ def sandbox(
     block fd before it forks or execs anything. Moved into the cgroup at that moment,
     every process of the run is born inside it; a Popen'd process moved after the fact
     could have forked already. Closing the block fd unread would release the sandbox
-    too, so on any failure the sandbox is killed first."""
-    proc, info, block = _launch(data_dir, argv, program, limits, as_user, code_dir, nice)
+    too, so on any failure the sandbox is killed first. (`caps`, `pass_fds`: a fork
+    server's, bwrap_args.)"""
+    proc, info, block = _launch(data_dir, argv, program, limits, as_user, nice, caps, pass_fds)
     started = Sandbox(proc)
     with proc:
         try:
@@ -252,31 +294,33 @@ def sandbox(
 
 
 def _launch(
-    data_dir: str,
+    data_dir: str | None,
     argv: Sequence[str],
     program: Mapping[str, bytes],
     limits: Limits,
     as_user: tuple[int, int] | None,
-    code_dir: str | None,
     nice: int,
+    caps: Sequence[str],
+    pass_fds: Sequence[int],
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """Start bwrap; return it, the read end of its info pipe and the write end of its block pipe."""
     # The program and the filter reach bwrap as in-memory files: nothing is written on the host.
-    fds = {name: _memfd(name, source) for name, source in program.items()}
-    seccomp_fd = _memfd("seccomp", seccomp.bpf())
+    fds = {name: memfd(name, source) for name, source in program.items()}
+    # A fork server runs without the filter, which denies what it does with its caps.
+    seccomp_fd = None if caps else memfd("seccomp", seccomp.bpf())
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits, code_dir)
-    args_fd = _memfd("args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
-    passed = (*fds.values(), seccomp_fd, info_w, block_r, args_fd)
+    options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits, caps)
+    args_fd = memfd("args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
+    passed = (*fds.values(), *([seccomp_fd] if seccomp_fd is not None else []), info_w, block_r, args_fd)
     try:
         bwrap = shutil.which("bwrap") or "bwrap"
         proc = subprocess.Popen(
             [*_nice_argv(nice), *_setpriv_argv(as_user), bwrap, "--args", str(args_fd), "--", *argv],
-            stdin=subprocess.PIPE if code_dir is not None else subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=passed,
+            pass_fds=(*passed, *pass_fds),
             env={},
             start_new_session=True,
         )
@@ -290,7 +334,7 @@ def _launch(
     return proc, info_r, block_w
 
 
-def _memfd(name: str, data: bytes) -> int:
+def memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
@@ -306,22 +350,20 @@ class _Output:
     exit_code: int
 
 
-def _collect(started: Sandbox, timeout: float, limits: Limits, cancelled: Callable[[], bool]) -> _Output:
-    """Read both pipes to the end and wait for bwrap, keeping at most max_output_bytes of
-    each pipe, and stop the run at the deadline or when it is cancelled. Output past the
+def _collect(started: Started, timeout: float, limits: Limits, cancelled: Callable[[], bool]) -> _Output:
+    """Read both streams to the end and wait for the run, keeping at most max_output_bytes
+    of each, and stop the run at the deadline or when it is cancelled. Output past the
     cap is read and dropped, so a program printing without end costs the service no
     memory; one that closes its pipes is still waited for, not on."""
-    proc = started.proc
-    assert proc.stdout is not None and proc.stderr is not None
     kept = {"stdout": bytearray(), "stderr": bytearray()}
     dropped: set[str] = set()
     stopped = None
     next_watch = time.monotonic()
     deadline = next_watch + timeout
     with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
-        sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
-        while sel.get_map() or proc.poll() is None:
+        for fd, name in zip(started.streams, ("stdout", "stderr"), strict=True):
+            sel.register(fd, selectors.EVENT_READ, name)
+        while sel.get_map() or started.poll() is None:
             now = time.monotonic()
             if now >= deadline:
                 stopped = LimitHit(Limit.TIME, timeout)
@@ -336,9 +378,9 @@ def _collect(started: Sandbox, timeout: float, limits: Limits, cancelled: Callab
             if sel.get_map():
                 _read(sel, wait, kept, dropped, limits.max_output_bytes)
             else:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(wait)
-    exit_code = proc.wait()
+                started.wait(wait)
+    exit_code = started.wait()
+    assert exit_code is not None
     return _Output(bytes(kept["stdout"]), bytes(kept["stderr"]), tuple(sorted(dropped)), stopped, exit_code)
 
 
