@@ -1,30 +1,47 @@
-# The runner with every toolchain of deps/apt.txt: what a MicroVM runs (the microvm
-# backend), and, with another command, the service beside it under Docker Compose
-# (compose.yaml). Build it with `make image`, which bootstraps the Debian base from
-# Debian's packages where no registry can be reached (BASE=codeexec/debian:bookworm).
+# The runner with every toolchain of deps/apt.txt and the sandbox's environment: what a
+# MicroVM runs (the microvm backend), and, with another command, the service beside it
+# under Docker Compose (compose.yaml). Build it with `make image`, which bootstraps the
+# Debian base from Debian's packages where no registry can be reached
+# (BASE=codeexec/debian:bookworm).
 ARG BASE=debian:bookworm-slim
 FROM ${BASE}
 ARG ESBUILD_VERSION=0.28.0
+# Node.js 20, as on the hosts: Debian 12's own is 18, which the npm set refuses (sharp,
+# cheerio, marked, pdfjs-dist). The official build, from the npm registry's node-linux-<arch>.
+ARG NODE_VERSION=20.20.2
 ENV DEBIAN_FRONTEND=noninteractive
-COPY deps/apt.txt /tmp/apt.txt
-RUN apt-get update -qq \
- && apt-get install -y -qq --no-install-recommends $(grep -hv '^#' /tmp/apt.txt) nodejs npm \
- && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/apt.txt
+# Debian's packages as `make install` installs them: deps/apt.txt, and LibreOffice from
+# bookworm-backports (the script adds that source).
+COPY deps/install-apt.sh deps/apt.txt deps/apt-backports.txt /tmp/deps/
+RUN /tmp/deps/install-apt.sh \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/deps
 # Certificate authorities the build host trusts beyond Debian's (a proxy's, say): `make
 # image` puts them here, so npm and pip reach their registries from behind it too.
 COPY docker/ca-certificates/ /usr/local/share/ca-certificates/
+ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+    UV_SYSTEM_CERTS=1
 RUN update-ca-certificates >/dev/null \
- && NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt \
-    npm install -g --prefix /usr/local --no-audit --no-fund --loglevel=error esbuild@${ESBUILD_VERSION} \
+ && cd /tmp && npm pack --silent "node-linux-$(dpkg --print-architecture | sed s/amd64/x64/)@${NODE_VERSION}" \
+ && tar -xzf node-linux-*.tgz && install -m 0755 package/bin/node /usr/bin/node && rm -rf package node-linux-*.tgz \
+ && npm install -g --prefix /usr/local --no-audit --no-fund --loglevel=error esbuild@${ESBUILD_VERSION} \
  && rm -rf /root/.npm
+# The sandbox's environment from the locks (/opt/sandbox), by the script `make install` runs,
+# with the uv that requirements-dev.txt pins.
+COPY requirements-dev.txt /tmp/
+COPY deps/ /tmp/deps/
+RUN python3 -m venv /tmp/uv \
+ && /tmp/uv/bin/pip install -q --no-cache-dir "$(grep -o '^uv==[^ ]*' /tmp/requirements-dev.txt)" \
+ && UV=/tmp/uv/bin/uv UV_NO_CACHE=1 /tmp/deps/environment.sh python /opt/sandbox \
+ && /tmp/deps/environment.sh node /opt/sandbox \
+ && /tmp/deps/environment.sh tools /opt/sandbox \
+ && rm -rf /tmp/uv /tmp/deps /tmp/requirements-dev.txt /root/.npm /root/.cache
 COPY lib /src/lib
 RUN python3 -m venv /opt/codeexec \
- && PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
-    /opt/codeexec/bin/pip install -q --no-cache-dir "/src/lib[server,agentcore,runner]" \
+ && /opt/codeexec/bin/pip install -q --no-cache-dir "/src/lib[server,agentcore,runner]" \
  && rm -rf /src \
  && /opt/codeexec/bin/python -c "from codeexec.sandbox.local import fonts; fonts.build()"
 # The runner listens on the MicroVM endpoint's default port; its sessions live in a volume.
-# One warm sandbox of each kind: a MicroVM serves one session, one run at a time.
+# One run made ahead of each kind: a MicroVM serves one session, one run at a time.
 ENV PATH=/opt/codeexec/bin:$PATH RUNNER_HOST=0.0.0.0 RUNNER_PORT=8080 SANDBOX_ROOT=/var/lib/codeexec \
     WARM_PYTHON=1 WARM_SANDBOXES=1
 VOLUME /var/lib/codeexec

@@ -4,23 +4,20 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := $(shell grep -hv '^\#' deps/apt.txt)
 CONTRACT := tests/contract
 CONTRACT_G2 := tests/contract_g2
 FONT_CACHE := /var/cache/codeexec/matplotlib
+# The libraries users' programs run with (toolchains.ENVIRONMENT), bound into every run.
+ENVIRONMENT := /opt/sandbox
 
-.PHONY: install serve test lint typecheck pytest clean
+.PHONY: install serve test lint typecheck pytest clean environment lock readme-env
 
-install: system-packages npm-global $(VENV)/.installed $(FONT_CACHE)
+install: system-packages npm-global $(VENV)/.installed environment $(FONT_CACHE)/.built
 
-# Installs only when something is missing, so a second run costs a dpkg query.
+# Debian's packages (deps/apt.txt, LibreOffice from backports): only when something is
+# missing, so a second run costs a dpkg query.
 system-packages:
-	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || { \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PACKAGES); }
-	@command -v node >/dev/null && command -v npm >/dev/null || { \
-	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm; }
+	@deps/install-apt.sh --check || $(SUDO) deps/install-apt.sh
 
 # TypeScript's compiler in the sandbox: esbuild under /usr/local, which the sandbox sees (in /usr).
 ESBUILD_VERSION := 0.28.0
@@ -34,9 +31,38 @@ $(VENV)/.installed: requirements-dev.txt lib/pyproject.toml
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $@
 
-# matplotlib's font list, built once for every sandboxed run (lib/codeexec/sandbox/local/fonts.py).
-$(FONT_CACHE): | system-packages $(VENV)/.installed
+# The sandbox's environment from the locks (deps/environment.sh; README "Libraries and tools").
+environment: $(ENVIRONMENT)/python.lock $(ENVIRONMENT)/node.lock $(ENVIRONMENT)/tools.lock
+$(ENVIRONMENT)/python.lock: deps/python/requirements.lock | $(VENV)/.installed
+	$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
+$(ENVIRONMENT)/node.lock: deps/node/package-lock.json | system-packages
+	$(SUDO) deps/environment.sh node $(ENVIRONMENT)
+$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f)
+	$(SUDO) deps/environment.sh tools $(ENVIRONMENT)
+
+# The locks anew from deps/python/requirements.in and deps/node/package.json (newest
+# versions that fit), then the README's list of them. Wheels for x86_64 and arm64 (the
+# MicroVMs) alike, or the lock is refused.
+lock: $(VENV)/.installed
+	$(BIN)/uv pip compile --quiet --no-config --upgrade --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_36 --only-binary :all: --custom-compile-command "make lock" \
+	  deps/python/requirements.in -o deps/python/requirements.lock
+	for platform in x86_64-manylinux_2_36 aarch64-manylinux_2_36; do \
+	  $(BIN)/uv pip install --quiet --no-config --dry-run --target $$(mktemp -d) --python-version 3.11 \
+	    --python-platform $$platform --require-hashes --only-binary :all: -r deps/python/requirements.lock || exit 1; done
+	cd deps/node && rm -f package-lock.json && \
+	  npm install --package-lock-only --no-audit --no-fund --loglevel=error
+	$(MAKE) readme-env
+
+# The README's section "Libraries and tools", from the locks and deps/apt.txt.
+readme-env: $(VENV)/.installed
+	$(BIN)/python deps/readme_env.py README.md
+
+# matplotlib's font list, built for every sandboxed run with the environment's matplotlib
+# and fonts (lib/codeexec/sandbox/local/fonts.py).
+$(FONT_CACHE)/.built: $(ENVIRONMENT)/python.lock deps/apt.txt | system-packages $(VENV)/.installed
 	$(SUDO) $(BIN)/python -c "from codeexec.sandbox.local import fonts; fonts.build()"
+	$(SUDO) touch $@
 
 $(CONTRACT)/node_modules/.installed: $(CONTRACT)/package-lock.json
 	cd $(CONTRACT) && npm ci --no-audit --no-fund --loglevel=error
@@ -58,9 +84,10 @@ runner: install
 	RUNNER_KEY=$${RUNNER_KEY} $(BIN)/python -m codeexec.runner
 
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
-# one reaper pass over 10,000 leases, the service under more than it takes on, one user
-# beside another that keeps every run it may going (fairness_bench.py), and the round
-# trips a call makes to a runner 25 ms away (a delaying proxy on loopback). It also
+# the environment's disk, install and import costs, one reaper pass over 10,000 leases, the
+# service under more than it takes on, one user beside another that keeps every run it may
+# going (fairness_bench.py), and the round trips a call makes to a runner 25 ms away (a
+# delaying proxy on loopback). It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
 # PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
@@ -71,6 +98,7 @@ bench: install
 	  $$py -m venv $(BENCH312) && $(BENCH312)/bin/pip install -q -r lib/requirements.txt -e lib; }
 	$(BIN)/python bench/bench.py $(BENCH_ARGS) $$([ -x $(BENCH312)/bin/python ] && echo --python $(BENCH312)/bin/python)
 	$(BIN)/python bench/interpreters_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/environment_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/reaper_bench.py
 	$(BIN)/python bench/load_bench.py
 	$(BIN)/python bench/fairness_bench.py
@@ -147,7 +175,7 @@ compose-storage: install
 # Dockerfile at the root, and what it copies. Upload it to S3 yourself; SAM does not.
 microvm-artifact:
 	mkdir -p .aws-sam && rm -f .aws-sam/microvm-runner.zip
-	git archive --format=zip -o .aws-sam/microvm-runner.zip HEAD Dockerfile .dockerignore deps/apt.txt lib docker/ca-certificates
+	git archive --format=zip -o .aws-sam/microvm-runner.zip HEAD Dockerfile .dockerignore deps requirements-dev.txt lib docker/ca-certificates
 	@echo ".aws-sam/microvm-runner.zip: aws s3 cp it to s3://<bucket>/<key>, then MicrovmArtifactUri=s3://<bucket>/<key>"
 
 # pytest's exit code 5 (nothing collected) is not a failure of the suite.
@@ -162,8 +190,8 @@ RUNNER_SUITES := tests/test_app.py tests/test_contract_g1.py tests/test_contract
 test-runner: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
 	CODEEXEC_TEST_BACKEND=runner $(BIN)/pytest $(RUNNER_SUITES)
 
-# The suites that attack and limit runs again, every Python run warm (README "Warm interpreters").
-WARM_SUITES := tests/test_security.py tests/test_limits.py tests/test_languages.py
+# The suites that attack and limit runs again, every run forked from a warm server (README "Warm sandboxes").
+WARM_SUITES := tests/test_security.py tests/test_limits.py tests/test_languages.py tests/test_environment.py
 .PHONY: test-warm
 test-warm: install
 	CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(WARM_SUITES)

@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from codeexec.sandbox.local import btrfs, warm
+from codeexec.sandbox.local import btrfs
 from codeexec.sandbox.local.storage import Storage
 from codeexec.settings import Settings
 
@@ -24,7 +24,6 @@ def sandbox_root() -> Iterator[Path]:
     try:
         yield root
     finally:
-        warm.unmount(str(root / ".warm"))  # the warm slots' shared mount, if a service made one
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
         for entry in root.iterdir():  # sessions are subvolumes
             with contextlib.suppress(OSError):

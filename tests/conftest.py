@@ -4,9 +4,10 @@ With CODEEXEC_TEST_BACKEND=runner (`make test-runner`), every app a test builds 
 `local` backend leases its sandboxes from a runner instead: one started on loopback from
 the very same settings (root, limits), and the app switched to SANDBOX_BACKEND=runner.
 
-With CODEEXEC_TEST_WARM=1 (`make test-warm`), every `local` app keeps a warm Python
-interpreter and a warm sandbox for any language, and waits for them before the test: the
-test's first Python run, and its first run of another language, are warm.
+With CODEEXEC_TEST_WARM=1 (`make test-warm`), every `local` app keeps a run made ahead
+from each fork server (the interpreter with the libraries, the bare one), and waits for
+them before the test: every run of the test is forked from a server (one made ahead, or
+one forked on demand).
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ def sandbox_root(sandbox_storage: Path) -> Iterator[Path]:
     os.chown(root, 0, Settings().sandbox_gid)  # as the service closes a root: the sandbox uid passes
     root.chmod(0o710)
     yield root
-    warm.unmount(str(root / ".warm"))  # the warm slots' shared mount, if a test made one
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     for entry in root.iterdir():  # sessions are subvolumes: one call each, whatever is in them
         with contextlib.suppress(OSError):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -99,14 +99,16 @@ class Settings(BaseSettings):
     run_memory_bytes: int = 1_073_741_824
     # Processes and threads of a whole run (a cgroup), or of the sandbox uid (RLIMIT_NPROC).
     run_max_processes: int = 256
+    # The cores one run's libraries may use: BLAS, OpenMP, numexpr, joblib and the like
+    # start this many threads, not one per core of the host, which the runs share.
+    run_cpus: int = Field(default=1, ge=1)
     max_file_bytes: int = 104_857_600  # one file a run writes
     max_session_bytes: int = 1_073_741_824  # all of a session's files together
     # Use cgroups where the host offers them; false leaves rlimits alone to hold.
     sandbox_cgroups: bool = True
-    # Sandboxes kept ready (`local`, as root): Python interpreters with numpy, pandas and
-    # matplotlib imported (about 150 MB each); bare Python interpreters and sandboxes for
-    # any language, as many of each (16 and 2 MB). A run takes one, or starts cold at once
-    # when none is ready; 0 turns them off.
+    # Runs made ahead (`local`, as root), forked from a server that imported numpy, pandas
+    # and matplotlib, and from a bare one (py runs naming none of them, any other language
+    # by exec). With none ready a run is forked on demand; 0 turns them off.
     warm_python: int = 4
     warm_sandboxes: int = 4
 

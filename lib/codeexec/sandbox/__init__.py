@@ -27,6 +27,7 @@ def _local(settings: Settings) -> Sandboxes:
         max_output_bytes=settings.max_output_bytes,
         max_file_bytes=settings.max_file_bytes,
         max_session_bytes=settings.max_session_bytes,
+        cpus=settings.run_cpus,
     )
     return LocalSandboxes(
         LocalConfig(

@@ -22,6 +22,7 @@ and the program's own command line, never the host paths and settings it was sta
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import selectors
@@ -31,11 +32,12 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..port import Limit, LimitHit, RunResult
 from . import cgroups, fonts, seccomp
 from .limits import Limits
-from .toolchains import CODE_DIR, PYTHON_SITE
+from .toolchains import CODE_DIR, ENVIRONMENT, HOST_SITE_PACKAGES, NODE_MODULES, PYTHON_LIBS, PYTHON_SITE, TOOLS
 
 ARTIFACT_DIR = "/mnt/data"
 NOBODY = 65534
@@ -45,18 +47,28 @@ SETPRIV = "/usr/bin/setpriv"
 _ETC = (
     "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "fonts",
     "java-17-openjdk", "php", "R", "ssl", "mime.types", "nsswitch.conf", "passwd", "group",
-    "matplotlibrc", "ldc2.conf",
+    "matplotlibrc", "ldc2.conf", "libreoffice",
 )
 _ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    # `python` and `pip` first (the environment's tools), then the locked set's commands.
+    "PATH": f"{TOOLS}/bin:{PYTHON_LIBS}/bin:/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",
     "TMPDIR": "/tmp",
     "LANG": "C.UTF-8",
+    # Named, so no runtime asks systemd for it (R's does, and says it cannot on stderr).
+    "TZ": "UTC",
     "MPLBACKEND": "Agg",  # matplotlib without a display: figures are saved, never shown
+    "MATPLOTLIBRC": f"{TOOLS}/matplotlibrc",  # and with fonts for every script (CJK too)
     # The service's sitecustomize (toolchains.PYTHON_SITE) puts /mnt/data LAST on the path,
     # so a session's own modules import (a helper.py an earlier run wrote), and a
-    # json.py or sitecustomize.py among its files shadows nothing.
-    "PYTHONPATH": f"{CODE_DIR}/.site",
+    # json.py or sitecustomize.py among its files shadows nothing. The locked set comes
+    # before the standard library, as any --target install does; none of its top-level
+    # names is a standard module's (tests/test_environment.py).
+    "PYTHONPATH": f"{CODE_DIR}/.site:{PYTHON_LIBS}",
+    "PYTHONNOUSERSITE": "1",  # as `-s`, for a `python` a script starts
+    # LibreOffice draws without a display; plotly's kaleido finds Debian's headless Chromium.
+    "SAL_USE_VCLPLUGIN": "svp",
+    "BROWSER_PATH": "/usr/bin/chromium-headless-shell",
     "GOCACHE": "/tmp/go-cache",  # go build needs a writable cache, and /tmp is the place
     "GOPATH": "/tmp/go",
     # Unbuffered, a Python program stopped at its time limit still shows what it printed.
@@ -64,6 +76,15 @@ _ENV = {
     # No __pycache__ among the session's files for every module a run imports from there.
     "PYTHONDONTWRITEBYTECODE": "1",
 }
+
+
+# Libraries that start a thread per core (BLAS, OpenMP, numexpr, joblib, OpenCV, Go,
+# data.table) see the host's cores, not the run's share: they get the run's CPU count.
+_THREAD_VARS = (
+    "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMEXPR_MAX_THREADS", "LOKY_MAX_CPU_COUNT",
+    "OPENCV_FOR_THREADS_NUM", "GOMAXPROCS", "R_DATATABLE_NUM_THREADS",
+)  # fmt: skip
 
 
 # The sandbox's two writable RAM disks share one size (the memory limit): without a
@@ -77,17 +98,22 @@ _WATCH_SECONDS = 0.02
 class _Control:
     """The descriptors bwrap reads besides the program."""
 
-    seccomp: int  # the compiled filter
+    seccomp: int | None  # the compiled filter (none for a fork server)
     info: int  # bwrap writes the sandbox's host pid here...
     block: int  # ...then waits for a byte here before it starts the program
 
 
 def bwrap_args(
-    data_dir: str, program_fds: Mapping[str, int], control: _Control, ram_disk_bytes: int, code_dir: str | None = None
+    data_dir: str | None,
+    program_fds: Mapping[str, int],
+    control: _Control,
+    limits: Limits,
+    caps: Sequence[str] = (),
 ) -> list[str]:
     """bwrap's options, without the program's command line. The program's files are
-    `program_fds` placed in /code, or a host directory `code_dir` bound there read-only
-    (a warm interpreter's, whose program is written after it started)."""
+    `program_fds` placed in /code. A fork server (forkserver.py) has no session yet (an
+    empty /mnt/data), keeps `caps` inside its user namespace and gets no filter: its runs
+    load it themselves."""
     argv = [
         # --disable-userns needs --unshare-user named, even where bwrap would pick it itself.
         "--unshare-all", "--unshare-user", "--disable-userns", "--hostname", "sandbox",
@@ -97,24 +123,37 @@ def bwrap_args(
         "--ro-bind", "/usr", "/usr",
         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
         "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
+        # A host without the environment still runs what needs none of it.
+        "--ro-bind-try", ENVIRONMENT, ENVIRONMENT,
+        # Node's `import` walks up from the importing file and reads no NODE_PATH: at the
+        # root, every file finds the packages, with `require` as well.
+        "--symlink", NODE_MODULES, "/node_modules",
         "--proc", "/proc", "--dev", "/dev",
-        "--bind", data_dir, ARTIFACT_DIR, "--chdir", ARTIFACT_DIR,
-        "--cap-drop", "ALL", "--clearenv",
-        "--seccomp", str(control.seccomp), "--info-fd", str(control.info), "--block-fd", str(control.block),
+        *(["--bind", data_dir, ARTIFACT_DIR] if data_dir is not None else ["--dir", ARTIFACT_DIR]),
+        "--chdir", ARTIFACT_DIR,
+        "--cap-drop", "ALL", *(arg for cap in caps for arg in ("--cap-add", cap)), "--clearenv",
+        "--info-fd", str(control.info), "--block-fd", str(control.block),
     ]  # fmt: skip
+    if control.seccomp is not None:
+        argv += ["--seccomp", str(control.seccomp)]
     for path, mode in _RAM_DISKS:
-        argv += ["--perms", mode, "--size", str(ram_disk_bytes), "--tmpfs", path]
+        argv += ["--perms", mode, "--size", str(limits.memory_bytes), "--tmpfs", path]
     for name in _ETC:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    for key, value in _ENV.items():
+    for path in _host_site_packages():
+        argv += ["--tmpfs", path, "--remount-ro", path]
+    for key, value in {**_ENV, **dict.fromkeys(_THREAD_VARS, str(limits.cpus))}.items():
         argv += ["--setenv", key, value]
-    if code_dir is not None:
-        argv += ["--ro-bind", code_dir, CODE_DIR]
     for name, fd in program_fds.items():  # a relative name is in /code
         argv += ["--ro-bind-data", str(fd), name if name.startswith("/") else f"{CODE_DIR}/{name}"]
     # Last: the root bwrap built the rest on, and /dev, are RAM disks writable until now.
     # Device nodes stay writable on a read-only mount (/dev/null still takes output).
     return [*argv, "--remount-ro", "/dev", "--remount-ro", "/"]
+
+
+@functools.cache
+def _host_site_packages() -> tuple[str, ...]:
+    return tuple(path for path in HOST_SITE_PACKAGES if os.path.isdir(path))
 
 
 def run(
@@ -137,10 +176,28 @@ def run(
             return finish(started, cgroup, timeout, limits, cancelled)
 
 
+class Started(Protocol):
+    """A run under way, as `finish` collects it: a bwrap sandbox (Sandbox) or a run
+    forked from a warm server (warm.py)."""
+
+    @property
+    def streams(self) -> tuple[int, int]:
+        """Where the program's stdout and stderr arrive."""
+
+    def poll(self) -> int | None:
+        """The exit code once the run ended, without waiting."""
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code, waiting at most timeout seconds (None: until the run ends)."""
+
+    def kill(self) -> None:
+        """Kill the whole run at once."""
+
+
 def finish(
-    started: Sandbox, cgroup: cgroups.RunCgroup, timeout: float, limits: Limits, cancelled: Callable[[], bool] | None
+    started: Started, cgroup: cgroups.RunCgroup, timeout: float, limits: Limits, cancelled: Callable[[], bool] | None
 ) -> RunResult:
-    """Collect a started sandbox's run to its end, or stop it at its limits."""
+    """Collect a started run to its end, or stop it at its limits."""
     output = _collect(started, timeout, limits, cancelled or (lambda: False))
     return RunResult(
         stdout=output.stdout.decode("utf-8", "replace"),
@@ -171,25 +228,41 @@ class Sandbox:
     pidfd: int | None = None  # the sandbox's first process, once it exists
     child: int | None = None  # its host pid
 
+    @property
+    def streams(self) -> tuple[int, int]:
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        return self.proc.stdout.fileno(), self.proc.stderr.fileno()
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     def kill(self) -> None:
         # When the first process of a PID namespace dies, the kernel kills all the others,
         # a fork bomb included; the process group takes bwrap itself.
-        with contextlib.suppress(ProcessLookupError):
-            if self.pidfd is not None:
+        if self.pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # bwrap, even where its sandbox has ended
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
 def sandbox(
-    data_dir: str,
+    data_dir: str | None,
     argv: Sequence[str],
     program: Mapping[str, bytes],
     limits: Limits,
     as_user: tuple[int, int] | None,
     cgroup: cgroups.RunCgroup,
-    code_dir: str | None = None,
     nice: int = 0,
+    caps: Sequence[str] = (),
+    pass_fds: Sequence[int] = (),
 ) -> Iterator[Sandbox]:
     """Start bwrap and put its sandbox into the run's cgroup before the program starts.
 
@@ -197,8 +270,9 @@ def sandbox(
     block fd before it forks or execs anything. Moved into the cgroup at that moment,
     every process of the run is born inside it; a Popen'd process moved after the fact
     could have forked already. Closing the block fd unread would release the sandbox
-    too, so on any failure the sandbox is killed first."""
-    proc, info, block = _launch(data_dir, argv, program, limits, as_user, code_dir, nice)
+    too, so on any failure the sandbox is killed first. (`caps`, `pass_fds`: a fork
+    server's, bwrap_args.)"""
+    proc, info, block = _launch(data_dir, argv, program, limits, as_user, nice, caps, pass_fds)
     started = Sandbox(proc)
     with proc:
         try:
@@ -220,31 +294,33 @@ def sandbox(
 
 
 def _launch(
-    data_dir: str,
+    data_dir: str | None,
     argv: Sequence[str],
     program: Mapping[str, bytes],
     limits: Limits,
     as_user: tuple[int, int] | None,
-    code_dir: str | None,
     nice: int,
+    caps: Sequence[str],
+    pass_fds: Sequence[int],
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """Start bwrap; return it, the read end of its info pipe and the write end of its block pipe."""
     # The program and the filter reach bwrap as in-memory files: nothing is written on the host.
-    fds = {name: _memfd(name, source) for name, source in program.items()}
-    seccomp_fd = _memfd("seccomp", seccomp.bpf())
+    fds = {name: memfd(name, source) for name, source in program.items()}
+    # A fork server runs without the filter, which denies what it does with its caps.
+    seccomp_fd = None if caps else memfd("seccomp", seccomp.bpf())
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits.memory_bytes, code_dir)
-    args_fd = _memfd("args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
-    passed = (*fds.values(), seccomp_fd, info_w, block_r, args_fd)
+    options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits, caps)
+    args_fd = memfd("args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
+    passed = (*fds.values(), *([seccomp_fd] if seccomp_fd is not None else []), info_w, block_r, args_fd)
     try:
         bwrap = shutil.which("bwrap") or "bwrap"
         proc = subprocess.Popen(
             [*_nice_argv(nice), *_setpriv_argv(as_user), bwrap, "--args", str(args_fd), "--", *argv],
-            stdin=subprocess.PIPE if code_dir is not None else subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=passed,
+            pass_fds=(*passed, *pass_fds),
             env={},
             start_new_session=True,
         )
@@ -258,7 +334,7 @@ def _launch(
     return proc, info_r, block_w
 
 
-def _memfd(name: str, data: bytes) -> int:
+def memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
@@ -274,22 +350,20 @@ class _Output:
     exit_code: int
 
 
-def _collect(started: Sandbox, timeout: float, limits: Limits, cancelled: Callable[[], bool]) -> _Output:
-    """Read both pipes to the end and wait for bwrap, keeping at most max_output_bytes of
-    each pipe, and stop the run at the deadline or when it is cancelled. Output past the
+def _collect(started: Started, timeout: float, limits: Limits, cancelled: Callable[[], bool]) -> _Output:
+    """Read both streams to the end and wait for the run, keeping at most max_output_bytes
+    of each, and stop the run at the deadline or when it is cancelled. Output past the
     cap is read and dropped, so a program printing without end costs the service no
     memory; one that closes its pipes is still waited for, not on."""
-    proc = started.proc
-    assert proc.stdout is not None and proc.stderr is not None
     kept = {"stdout": bytearray(), "stderr": bytearray()}
     dropped: set[str] = set()
     stopped = None
     next_watch = time.monotonic()
     deadline = next_watch + timeout
     with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
-        sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
-        while sel.get_map() or proc.poll() is None:
+        for fd, name in zip(started.streams, ("stdout", "stderr"), strict=True):
+            sel.register(fd, selectors.EVENT_READ, name)
+        while sel.get_map() or started.poll() is None:
             now = time.monotonic()
             if now >= deadline:
                 stopped = LimitHit(Limit.TIME, timeout)
@@ -304,9 +378,9 @@ def _collect(started: Sandbox, timeout: float, limits: Limits, cancelled: Callab
             if sel.get_map():
                 _read(sel, wait, kept, dropped, limits.max_output_bytes)
             else:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(wait)
-    exit_code = proc.wait()
+                started.wait(wait)
+    exit_code = started.wait()
+    assert exit_code is not None
     return _Output(bytes(kept["stdout"]), bytes(kept["stderr"]), tuple(sorted(dropped)), stopped, exit_code)
 
 

@@ -102,6 +102,11 @@ class RunCgroup:
         for path in set(self._dirs.values()):
             _write(path / "cgroup.procs", pid)
 
+    def entries(self) -> list[int]:
+        """Its cgroup.procs, opened: a process given them moves itself in by writing 0,
+        checked against the opener's credentials (a forked run's init, forkserver.py)."""
+        return [os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for path in set(self._dirs.values())]
+
     def oom_killed(self) -> bool:
         if "memory" not in self._dirs:
             return False

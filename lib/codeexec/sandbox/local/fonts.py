@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .toolchains import PYTHON_LIBS
+
 CACHE_DIR = Path("/var/cache/codeexec/matplotlib")
 # Where matplotlib looks inside the sandbox: HOME is /tmp, so ~/.cache/matplotlib.
 SANDBOX_CACHE = "/tmp/.cache/matplotlib"
@@ -30,12 +32,18 @@ def files() -> dict[str, bytes]:
 
 
 def build() -> None:
-    """The cache as the sandbox's python3 builds it, in CACHE_DIR."""
+    """The cache as the sandbox's python3 builds it, with the environment's matplotlib (-S:
+    none of the host's site-packages, as in a run), in CACHE_DIR, replacing what was there."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    env = {"PATH": "/usr/bin:/bin", "MPLCONFIGDIR": str(CACHE_DIR), "MPLBACKEND": "Agg", "HOME": "/nonexistent"}
+    for old in CACHE_DIR.glob("fontlist-*.json"):
+        old.unlink()
+    env = {
+        "PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_LIBS, "MPLCONFIGDIR": str(CACHE_DIR), "MPLBACKEND": "Agg",
+        "HOME": "/nonexistent",
+    }  # fmt: skip
     code = "import matplotlib.font_manager"
-    done = subprocess.run(["/usr/bin/python3", "-s", "-c", code], env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(["/usr/bin/python3", "-S", "-c", code], env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        sys.exit(f"no matplotlib font cache (is python3-matplotlib installed?): {done.stderr.strip()[-300:]}")
+        sys.exit(f"no matplotlib font cache (is the environment installed?): {done.stderr.strip()[-300:]}")
     for path in CACHE_DIR.iterdir():
         os.chmod(path, 0o644)

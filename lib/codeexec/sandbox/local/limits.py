@@ -26,6 +26,7 @@ class Limits:
     max_output_bytes: int  # each of stdout and stderr
     max_file_bytes: int  # one file
     max_session_bytes: int  # all of the session's files together
+    cpus: int = 1  # the threads a library starts per core (bwrap.py sets them)
 
     @property
     def cpu(self) -> tuple[int, int]:

@@ -10,7 +10,6 @@ runs under bubblewrap (bwrap.py).
         data/        the artifact directory, bound at /mnt/data inside the sandbox
     SANDBOX_ROOT/.runs/<run key>     a run in progress, in any process
     SANDBOX_ROOT/.cancel/<run key>   a cancel for a run, seen by the run in any process
-    SANDBOX_ROOT/.warm/<slot>/       a warm interpreter's mount point and program (warm.py)
 
 The program sees only data/, so it can neither read nor change its own lease, nor the
 service's records. "Last touched" is the mtime of lock, which every call that addresses
@@ -54,7 +53,6 @@ log = logging.getLogger("codeexec.local")
 _TOMBSTONE = ".ended-"
 _RUNS = ".runs"
 _CANCELS = ".cancel"
-_WARM = ".warm"
 # A cancel for no run in progress waits this long for its run, longer than a call waits
 # for its session; a run's own entry outlives no run. Both are swept after it.
 _CANCEL_KEPT_SECONDS = 300
@@ -71,8 +69,8 @@ class LocalConfig:
     sandbox_gid: int = 61000
     use_cgroups: bool = True  # where the host offers them; else rlimits alone hold
     image_bytes: int = 0  # the btrfs image made where SANDBOX_ROOT has none (0: from free space)
-    warm_python: int = 0  # Python interpreters kept ready (warm.py)
-    warm_sandboxes: int = 0  # sandboxes kept ready for any language
+    warm_python: int = 0  # runs made ahead from the interpreter with the libraries (warm.py)
+    warm_sandboxes: int = 0  # runs made ahead from a bare interpreter, for any language
     # How long a call waits for a session another holds: beyond the longest run.
     hold_wait_seconds: float = 75.0
 
@@ -144,7 +142,7 @@ class LocalSandbox:
         self._restore_data_dir()
         with backend.running(program.run_key) as cancelled:
             if (ready := backend.take_warm(program)) is not None:
-                result = ready.run(self._data, {source: code}, argv, timeout, cancelled)
+                result = ready.run(self._data, {source: code}, argv, program.lang == "py", timeout, cancelled)
                 if result is not None:
                     return result
             return bwrap.run(
@@ -212,22 +210,26 @@ class LocalSandboxes(Sandboxes):
             (self.root / private).mkdir(mode=0o700, exist_ok=True)
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
-        terms = self.root / _WARM, self.limits, self.sandbox_user, self.cgroup_parents
+        terms = self.limits, self.sandbox_user, self.cgroup_parents
         self.warm = {
-            "py": warm.Pool.start(warm.Interpreter, terms[0], config.warm_python, *terms[1:]),
-            "py-bare": warm.Pool.start(warm.BareInterpreter, terms[0], config.warm_sandboxes, *terms[1:]),
-            "any": warm.Pool.start(warm.Shell, terms[0], config.warm_sandboxes, *terms[1:]),
+            "py": warm.Pool.start(True, config.warm_python, *terms),
+            "bare": warm.Pool.start(False, config.warm_sandboxes, *terms),
         }
 
     named_sessions = True
 
-    def take_warm(self, program: Program) -> warm.Warm | None:
-        """A sandbox made ahead for this run: for py an interpreter, the one with the
-        libraries it names first; else, or when none is ready, one for any language."""
-        order = ["any"]
+    def take_warm(self, program: Program) -> warm.Slot | None:
+        """A run made ahead for this one, of the kind it wants: for py, forked from the
+        interpreter with the libraries it names, else from the bare one, where any other
+        language runs by exec. With none of its kind ready, one forked now (a fork costs
+        less than the imports the other kind would make), else one of the other kind."""
+        order = ["bare"]
         if program.lang == "py":
-            order[:0] = ["py", "py-bare"] if warm.wants_preloaded(program.code) else ["py-bare", "py"]
-        return next((ready for name in order if (pool := self.warm[name]) and (ready := pool.take())), None)
+            order = ["py", "bare"] if warm.wants_preloaded(program.code) else ["bare", "py"]
+        pools = [pool for name in order if (pool := self.warm[name])]
+        if not pools:
+            return None
+        return pools[0].take() or pools[0].make() or next((slot for pool in pools[1:] if (slot := pool.take())), None)
 
     @contextlib.contextmanager
     def create(

@@ -18,12 +18,24 @@ from pathlib import PurePosixPath
 
 CODE_DIR = "/code"
 PROG = "/tmp/prog"  # where a compiled program goes
+# The libraries programs run with, apart from the service's Python and from the host's
+# (deps/, installed by `make install`), bound read-only into every run at the same path:
+# the locked Python set, the npm lock's node_modules, and `python`/`pip` for scripts.
+ENVIRONMENT = "/opt/sandbox"
+PYTHON_LIBS = f"{ENVIRONMENT}/python"
+NODE_MODULES = f"{ENVIRONMENT}/node/node_modules"
+TOOLS = f"{ENVIRONMENT}/tools"  # bin/python, bin/pip, matplotlibrc (deps/tools/)
 # Found first on PYTHONPATH (bwrap.py sets it), so neither Debian's nor a session's own
 # sitecustomize runs: it takes itself off the path and adds the session's directory at
 # the end, after the standard library and the installed packages.
 PYTHON_SITE = b"""import sys
 sys.path[:] = [p for p in sys.path if p != "/code/.site"] + ["/mnt/data"]
 """
+# Where the host's apt and pip put packages for Debian 12's python3 (3.11, the sandbox's):
+# hidden from runs (bwrap.py), so a run imports the locked set, the same on every host,
+# never an older copy beside it (whose .pth files would run first: Debian's matplotlib
+# claims mpl_toolkits that way).
+HOST_SITE_PACKAGES = ("/usr/lib/python3/dist-packages", "/usr/local/lib/python3.11/dist-packages")
 
 
 @dataclass(frozen=True)

@@ -1,337 +1,554 @@
-"""Warm sandboxes: made before their run, each waiting for the one run it will ever have.
+"""Warm sandboxes: runs made ahead, each a fork of a long-lived interpreter.
 
-Three kinds. An Interpreter is Python with numpy, pandas and matplotlib already imported
-(zygote.py), for py runs that name them; a BareInterpreter, Python started and nothing
-imported, for the others. A Shell waits to become any language's command line: the
-sandbox, its cgroup and its mounts are made before the request, which is most of a cold
-start that is not the language's own.
+Two kinds of fork server (forkserver.py, zygote.py), a pool of runs made ahead for each:
+an **interpreter** that has imported numpy, pandas and matplotlib and drawn a figure, for
+py runs that name them; a **bare** one, Python started and nothing imported, for other
+py runs and, by exec, for every other language (the namespaces, mounts and cgroup made
+ahead are most of a cold start that is not the language's own). A refill costs a fork,
+never a new interpreter and its imports.
 
-A warm sandbox is made exactly as a cold run's (bwrap.py: the same namespaces, seccomp
-filter, uid, rlimits and its own cgroup with the run's limits), with two differences
-that let it start before anyone knows its session:
+A server lives in a bubblewrap sandbox of its own, made as a cold run's (no network,
+/usr read-only, the sandbox uid), with the capabilities it needs inside its own user
+namespace and nothing of any session. It never runs a program: each run made ahead
+(Slot) is a fork that became a sandbox as strong as a cold run's: mount, PID, network,
+IPC and UTS namespaces of its own, its own /proc, /tmp, /dev/shm and /code, a cgroup of
+its own with the run's limits, the same rlimits and seccomp filter, the sandbox uid
+with no capability, and a CPU clock that starts at its fork. It waits for its session:
+at the run the service makes a detached copy of the session's mount (open_tree,
+nosuid,nodev) and hands it over with the program; the slot attaches it at /mnt/data and
+checks that it arrived. Nothing a sandbox sees lives on the host's filesystem: no slot
+directory, no shared mount.
 
-- /mnt/data is a mount point of its own slot (`SANDBOX_ROOT/.warm/<slot>/data`), under a
-  mount with shared propagation. At the run, the service bind-mounts the session's data
-  directory on it, and the kernel propagates that mount into the waiting sandbox alone
-  (bwrap's mounts are slaves of the host's); the service checks, through the sandbox's
-  own root, that it arrived. The slot is unmounted and removed after.
-- /code is the slot's `code` directory, read-only: the program's source is written there
-  at the run, beside the sitecustomize a cold run has.
+A slot serves one run, then it is gone, so nothing of one run reaches another, and none
+sees two sessions. A run cannot see, signal, trace or read its server or a sibling:
+they are outside its PID namespace, and the filter denies ptrace and process_vm_*.
 
-A sandbox serves one run and is then gone: no state, no descriptor and no memory of one
-run reaches another, and none sees two sessions.
-
-Never slower than cold: `take` never waits; with none ready, the run starts cold at once.
-A refill thread keeps `size` ready, started at low priority (nice) so that a refill never
-takes a core from a run; a sandbox gets its normal priority back when its run is handed
-over. It needs root (mounts) and a memory cgroup; elsewhere, or with WARM_PYTHON=0 and
-WARM_SANDBOXES=0, every run is cold.
+Never slower than cold, never weaker: a run takes one ready, or one forked for it at once
+(a fork costs milliseconds; the imports a cold run makes, half a second); wherever a
+server cannot be had (not root, no user namespaces with capabilities, no open_tree; for
+the one with the libraries, no memory cgroup) those runs are cold, and the log says why.
+Refills run at low priority (nice) while half the pool is ready; a run gets its normal
+priority at its hand-over.
+The reply is built from the run's exit and output; reaping it and removing its cgroup
+happen after, in a thread of their own. A server is replaced after _SERVER_RUNS runs or
+_SERVER_SECONDS: its forks share its address-space layout (README "Warm sandboxes").
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import ctypes.util
 import errno
+import functools
 import json
 import logging
 import os
+import queue
 import re
-import secrets
-import shlex
-import shutil
+import select
+import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 
 from ..port import RunResult
-from . import bwrap, cgroups, fonts
-from .bwrap import ARTIFACT_DIR
+from . import bwrap, cgroups, fonts, forkserver, seccomp
 from .limits import Limits
 from .toolchains import CODE_DIR, PYTHON_SITE
-from .zygote import READY
 
 log = logging.getLogger("codeexec.local.warm")
 
-_ZYGOTE = (Path(__file__).parent / "zygote.py").read_bytes()
-_REFILL_NICE = 10
-_MEMORY_BYTES = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-_MS_BIND, _MS_REMOUNT, _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_SHARED = 4096, 32, 2, 4, 16384, 1 << 20
-_MNT_DETACH = 2
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_SOURCES = {name: (Path(__file__).parent / name).read_bytes() for name in ("zygote.py", "forkserver.py")}
+
+# A server is infrastructure, not a run: its cgroup bounds it to a quarter of the host's
+# memory, and its processes (each run's init starts there, then moves to its own) to this many.
+_SERVER_MEMORY_BYTES = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+_SERVER_PROCESSES = 4096
+_SERVER_RUNS = 1000
+_SERVER_SECONDS = 15 * 60
+_START_SECONDS = 60.0  # a server's imports, at low priority on a busy host
+_READY_SECONDS = 10.0  # a run made ahead
+_ENDED_SECONDS = 5.0  # a run's last process, after it was killed
+_RETRY_SECONDS = 1.0  # after a run made ahead failed to start
 
 
-def _mount(source: str | None, target: str, flags: int) -> None:
-    if _libc.mount(source and os.fsencode(source), os.fsencode(target), None, flags, None) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code), target)
+def _may_renice() -> bool:
+    """Giving a process its normal priority back takes CAP_SYS_NICE, which a container may
+    lack: then refills are not niced at all, or their runs would keep the lower priority."""
+    status = Path("/proc/self/status").read_text()
+    effective = next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:"))
+    return bool(int(effective, 16) >> 23 & 1)  # CAP_SYS_NICE
 
 
-def unmount(target: str) -> None:
-    _libc.umount2(os.fsencode(target), _MNT_DETACH)
+_REFILL_NICE = 10 if _may_renice() else 0
 
 
-class Warm:
-    """One sandbox waiting for its run. What waits in it, and how it is handed its run,
-    is the kind's (Interpreter, Shell)."""
+class Server:
+    """One fork server: zygote.py in a sandbox of its own, which forks runs made ahead."""
 
-    files: Mapping[str, bytes] = {}  # placed in /code beside the sitecustomize
-    memory_bytes = 2 << 20  # what one holds while it waits, about
-
-    def __init__(self, slot: Path, limits: Limits, as_user: tuple[int, int], parents: Mapping[str, cgroups.Parent]):
-        self.slot = slot
-        self.limits = limits
+    def __init__(self, preload: bool, limits: Limits, as_user: tuple[int, int], parents: Mapping[str, cgroups.Parent]):
+        self.born = time.monotonic()
+        self.forked = 0  # the runs made from it
+        self._lock = threading.Lock()
+        self._out = 0  # its slots not yet ended
+        self._retired = False
         self._stack = contextlib.ExitStack()
         try:
-            (slot / "data").mkdir(parents=True)
-            os.chown(slot / "data", *as_user)
-            code = slot / "code"
-            (code / ".site").mkdir(parents=True)
-            for name, content in {".site/sitecustomize.py": PYTHON_SITE, **self.files}.items():
-                (code / name).write_bytes(content)
-            self.cgroup = self._stack.enter_context(
-                cgroups.run_cgroup(parents, limits.memory_bytes, limits.max_processes)
-            )
-            argv = self.command(limits, self.cgroup.controllers)
-            self.sandbox = self._stack.enter_context(
-                bwrap.sandbox(
-                    str(slot / "data"), argv, fonts.files(), limits, as_user, self.cgroup, str(code), _REFILL_NICE
+            self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self._stack.callback(self.control.close)
+            with theirs:
+                cgroup = self._stack.enter_context(
+                    cgroups.run_cgroup(parents, _SERVER_MEMORY_BYTES, _SERVER_PROCESSES)
                 )
-            )
-            if self._read(len(READY)) != READY:
-                raise RuntimeError("the warm sandbox exited, or said something else than ready")
+                argv = [
+                    # The CPU limit is each run's own: the server's imports spend none of it.
+                    *limits.prlimit_argv(cgroup.controllers, cpu=False),
+                    "/usr/bin/python3", "-s", f"{CODE_DIR}/zygote.py", "--control", str(theirs.fileno()),
+                    *([] if preload else ["--bare"]),
+                ]  # fmt: skip
+                self.sandbox = self._stack.enter_context(
+                    bwrap.sandbox(
+                        None, argv, _files(limits), limits, as_user, cgroup, _REFILL_NICE,
+                        forkserver.CAPABILITIES, (theirs.fileno(),),
+                    )  # fmt: skip
+                )
+            self._wait_ready()
+        except BaseException:
+            self._close()
+            raise
+
+    def _wait_ready(self) -> None:
+        """Its hello, once it has imported everything: then it gets a normal priority,
+        for the runs that it forks on demand."""
+        self.control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        control = self.control.fileno()
+        ended = self.sandbox.pidfd  # bwrap holds the server's end too: its sandbox's end shows here
+        said = ended is not None and select.select([control, ended], [], [], _START_SECONDS)[0] == [control]
+        message, _, pid = forkserver.receive(self.control) if said else (None, [], None)
+        if message != {"hello": "server"} or not pid:
+            self.sandbox.kill()
+            _, stderr = self.sandbox.streams
+            raise RuntimeError(f"the fork server did not start: {os.read(stderr, 4096).decode(errors='replace')}")
+        if _REFILL_NICE:
+            os.setpriority(os.PRIO_PROCESS, pid, 0)
+
+    def fork(self, limits: Limits, parents: Mapping[str, cgroups.Parent], nice: int) -> Slot | None:
+        """A run made ahead, its processes at `nice` until its hand-over; None once the
+        server is retired."""
+        with self._lock:
+            if self._retired:
+                return None
+            self.forked += 1
+            self._out += 1
+        try:
+            return Slot(self, limits, parents, nice)
+        except BaseException:
+            self.release()
+            raise
+
+    def expired(self) -> bool:
+        return self.forked >= _SERVER_RUNS or time.monotonic() - self.born > _SERVER_SECONDS
+
+    def alive(self) -> bool:
+        return self.sandbox.poll() is None
+
+    def release(self) -> None:
+        """One of its slots ended."""
+        with self._lock:
+            self._out -= 1
+            ended = self._retired and self._out == 0
+        if ended:
+            self._close()
+
+    def retire(self) -> None:
+        """No more slots from it; it ends with the last of those it made (they are in its
+        PID namespace, and would die with it)."""
+        with self._lock:
+            ended = not self._retired and self._out == 0
+            self._retired = True
+        if ended:
+            self._close()
+
+    def _close(self) -> None:
+        if hasattr(self, "sandbox"):  # killed first: closing its context waits for it to end
+            self.sandbox.kill()
+        self._stack.close()
+
+
+def _files(limits: Limits) -> dict[str, bytes]:
+    """A server's /code: the two sources, and what each run gets (forkserver.Config)."""
+    cache = fonts.files()
+    config = {
+        "ram_disk_bytes": limits.memory_bytes,
+        "cpu": limits.cpu,
+        "seccomp": f"{CODE_DIR}/.seccomp.bpf",
+        "files": [f"{CODE_DIR}/.site/sitecustomize.py", *cache],
+    }
+    return {
+        **_SOURCES, ".seccomp.bpf": seccomp.bpf(), ".site/sitecustomize.py": PYTHON_SITE, **cache,
+        forkserver.CONFIG: json.dumps(config).encode(),
+    }  # fmt: skip
+
+
+class Slot:
+    """A run made ahead: its init and program forked from a server, in namespaces and a
+    cgroup of their own, waiting for their session (forkserver.py)."""
+
+    def __init__(self, server: Server, limits: Limits, parents: Mapping[str, cgroups.Parent], nice: int):
+        self.server = server
+        self.limits = limits
+        self.nice = nice
+        self.cgroup = cgroups.RunCgroup(parents)
+        self.pids: dict[str, int] = {}  # host pids: init, program
+        self.pidfd: int | None = None  # the init's: killing it ends the run's PID namespace
+        self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ctl.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        try:
+            with theirs:
+                self.cgroup.create(limits.memory_bytes, limits.max_processes)
+                entries = self.cgroup.entries()
+                try:
+                    forkserver.send(server.control, {"fork": True}, [theirs.fileno(), *entries])
+                finally:
+                    for fd in entries:
+                        os.close(fd)
+            self._wait_ready()
         except BaseException:
             self.close()
             raise
 
-    def command(self, limits: Limits, controllers: frozenset[str]) -> list[str]:
-        """What waits in the sandbox, under the run's rlimits."""
-        raise NotImplementedError
-
-    def request(self, argv: Sequence[str]) -> bytes:
-        """The line that hands over the run of argv (the language's command line)."""
-        raise NotImplementedError
-
-    def _read(self, size: int) -> bytes:
-        """What the sandbox says before the run, read unbuffered: the rest is the run's."""
-        stdout = self.sandbox.proc.stdout
-        assert stdout is not None
-        got = b""
-        while len(got) < size:
-            chunk = os.read(stdout.fileno(), size - len(got))
-            if not chunk:
-                break
-            got += chunk
-        return got
+    def _wait_ready(self) -> None:
+        """Each of its two processes says hello once it is where it should be; each is
+        given the slot's priority as it does (what it forks from then on inherits it)."""
+        self.ctl.settimeout(_READY_SECONDS)
+        while len(self.pids) < 2:
+            message, fds, pid = forkserver.receive(self.ctl)
+            for fd in fds:
+                os.close(fd)
+            if message is None or "hello" not in message or not pid:
+                raise RuntimeError(f"a run made ahead failed: {message}")
+            self.pids[message["hello"]] = pid
+            if self.nice:
+                os.setpriority(os.PRIO_PROCESS, pid, self.nice)
+        self.ctl.settimeout(None)
+        self.pidfd = os.pidfd_open(self.pids["init"])
 
     def run(
-        self, data_dir: str, program: Mapping[str, bytes], argv: Sequence[str], timeout: float,
+        self, data_dir: str, program: Mapping[str, bytes], argv: Sequence[str], python: bool, timeout: float,
         cancelled: Callable[[], bool] | None,
     ) -> RunResult | None:  # fmt: skip
         """The run, in the session whose artifact directory is data_dir; then gone. None
-        when the sandbox failed before the program was handed over: the caller runs cold."""
+        when the slot failed before the program had its run: the caller runs cold."""
         try:
             try:
-                self._hand_over(data_dir, program, argv)
+                streams = self._hand_over(data_dir, program, argv, python)
             except OSError:
                 log.exception("a warm sandbox could not take its run; it runs cold")
                 return None
-            return bwrap.finish(self.sandbox, self.cgroup, timeout, self.limits, cancelled)
+            try:
+                return bwrap.finish(_Forked(self, streams), self.cgroup, timeout, self.limits, cancelled)
+            finally:
+                for fd in streams:
+                    os.close(fd)
         finally:
-            self.close()
+            _ending.put(self)  # off the reply's path
 
-    def _hand_over(self, data_dir: str, program: Mapping[str, bytes], argv: Sequence[str]) -> None:
-        for name, content in program.items():
-            (self.slot / "code" / name).write_bytes(content)
-        target = str(self.slot / "data")
-        _mount(data_dir, target, _MS_BIND)
-        self._stack.callback(unmount, target)
-        _mount(None, target, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
-        # The session's mount must have reached this sandbox (seen through its own root),
-        # or the program would run in an empty directory.
-        inside, session = os.stat(f"/proc/{self.sandbox.child}/root{ARTIFACT_DIR}"), os.stat(data_dir)
-        if (inside.st_dev, inside.st_ino) != (session.st_dev, session.st_ino):
-            raise OSError(errno.EIO, "the session's files did not reach the warm sandbox")
-        self._normal_priority()
-        stdin = self.sandbox.proc.stdin
-        assert stdin is not None
-        stdin.write(self.request(argv))
-        stdin.close()
-
-    def _normal_priority(self) -> None:
-        """Every process of the sandbox, before the program starts: it inherits it."""
-        pids = [self.sandbox.proc.pid]
-        if self.sandbox.child is not None:
-            pids.append(self.sandbox.child)
-            with contextlib.suppress(OSError):
-                children = Path(f"/proc/{self.sandbox.child}/task/{self.sandbox.child}/children").read_text()
-                pids += [int(pid) for pid in children.split()]
-        for pid in pids:
-            with contextlib.suppress(OSError):
+    def _hand_over(
+        self, data_dir: str, program: Mapping[str, bytes], argv: Sequence[str], python: bool
+    ) -> tuple[int, int]:
+        """The session's files, the program and its output pipes to the slot; the pipes'
+        read ends back."""
+        tree = forkserver.open_tree(data_dir)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        sources = [bwrap.memfd(name, content) for name, content in program.items()]
+        try:
+            forkserver.restrict(tree)
+            for pid in self.pids.values() if self.nice else ():  # a run gets its normal priority
                 os.setpriority(os.PRIO_PROCESS, pid, 0)
+            # A py run is the toolchain's `python3 -s <source> <args...>`, run in the interpreter itself.
+            run = {"source": argv[2], "args": list(argv[3:])} if python else {"argv": list(argv)}
+            forkserver.send(self.ctl, {"files": list(program), "run": run}, [tree, out_w, err_w, *sources])
+            self._wait_started()
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:
+            for fd in (tree, out_w, err_w, *sources):
+                os.close(fd)
+        return out_r, err_r
+
+    def _wait_started(self) -> None:
+        """Started, or not: then nothing of the program ran, and the run goes cold."""
+        self.ctl.settimeout(_READY_SECONDS)
+        try:
+            message, fds, _ = forkserver.receive(self.ctl)
+        finally:
+            self.ctl.settimeout(None)
+        for fd in fds:
+            os.close(fd)
+        if message != {"started": True}:
+            raise OSError(errno.EIO, f"the run was not started: {message}")
 
     def close(self) -> None:
+        """Kill what is left of the run, wait for its last process, remove its cgroup."""
         try:
-            if getattr(self, "sandbox", None) is not None and self.sandbox.proc.poll() is None:
-                self.sandbox.kill()
-            self._stack.close()
+            if self.pidfd is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                self.ctl.shutdown(socket.SHUT_WR)  # an unused slot's init ends it then
+            self._wait_ended()
+            self.cgroup.remove()
         finally:
-            shutil.rmtree(self.slot, ignore_errors=True)
+            self.ctl.close()
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+            self.server.release()
+
+    def _wait_ended(self) -> None:
+        """The init is the last of the run's processes (it reaps every other, and the
+        kernel waits for them before it ends); the control socket's far end closes with it."""
+        self.ctl.settimeout(_ENDED_SECONDS)
+        with contextlib.suppress(OSError):
+            while forkserver.receive(self.ctl)[0] is not None:
+                pass
 
 
-class Interpreter(Warm):
-    """Python with numpy, pandas and matplotlib imported (zygote.py), for py runs."""
+class _Forked:
+    """A forked run under way, as bwrap.finish collects it (bwrap.Started): its exit
+    arrives from its init on the control socket."""
 
-    files = {".zygote.py": _ZYGOTE}
-    memory_bytes = 160 << 20
+    def __init__(self, slot: Slot, streams: tuple[int, int]) -> None:
+        self.slot = slot
+        self.streams = streams
+        self._code: int | None = None
 
-    def command(self, limits: Limits, controllers: frozenset[str]) -> list[str]:
-        # The CPU limit is set in the program's own process: the imports spend none of it.
-        return [*limits.prlimit_argv(controllers, cpu=False), "/usr/bin/python3", "-s", f"{CODE_DIR}/.zygote.py"]
+    def poll(self) -> int | None:
+        return self.wait(0)
 
-    def request(self, argv: Sequence[str]) -> bytes:
-        # argv is the py toolchain's: python3 -s <source> <args...>.
-        source, *args = argv[2:]
-        return json.dumps({"source": source, "args": args, "cpu": self.limits.cpu}).encode() + b"\n"
+    def wait(self, timeout: float | None = None) -> int | None:
+        ctl = self.slot.ctl
+        if self._code is None and select.select([ctl], [], [], timeout)[0]:
+            message, fds, _ = forkserver.receive(ctl)
+            for fd in fds:
+                os.close(fd)
+            # The init holds what the program holds by now: what it says is an exit status,
+            # or the run ended without one (killed whole, as by the memory limit).
+            code = (message or {}).get("exit")
+            self._code = code if isinstance(code, int) and 0 <= code <= 255 else 128 + signal.SIGKILL
+        return self._code
+
+    def kill(self) -> None:
+        assert self.slot.pidfd is not None
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.slot.pidfd, signal.SIGKILL)
 
 
-class BareInterpreter(Interpreter):
-    """Python started and nothing imported: a run that needs none of the preloaded
-    libraries forks from a small process, whose fork and exit cost next to nothing."""
-
-    memory_bytes = 16 << 20
-
-    def command(self, limits: Limits, controllers: frozenset[str]) -> list[str]:
-        return [*super().command(limits, controllers), "--bare"]
+# bwrap --die-with-parent ends a server when the THREAD that started it ends: servers are
+# started by one that lives as long as the process (an executor's would end before atexit).
+_ServerTerms = tuple[bool, Limits, tuple[int, int], Mapping[str, cgroups.Parent]]
+_starts: queue.SimpleQueue[tuple[Future[Server], _ServerTerms]] = queue.SimpleQueue()
 
 
-# A program that names one of zygote.PRELOADED, or a library built on them, wants an
-# Interpreter; any other, a bare one.
-_PRELOADED_USERS = re.compile(r"\b(numpy|pandas|matplotlib|seaborn|scipy|sklearn|statsmodels)\b")
+def _start_servers() -> None:
+    while True:
+        started, terms = _starts.get()
+        try:
+            started.set_result(Server(*terms))
+        except Exception as error:
+            started.set_exception(error)
+
+
+_ending: queue.SimpleQueue[Slot] = queue.SimpleQueue()
+
+
+@functools.cache
+def _start_threads() -> None:
+    for target, name in ((_end_slots, "warm-teardown"), (_start_servers, "warm-server")):
+        threading.Thread(target=target, name=name, daemon=True).start()
+
+
+def _end_slots() -> None:
+    while True:
+        slot = _ending.get()
+        try:
+            slot.close()
+        except Exception:
+            log.exception("a warm sandbox's run did not end cleanly")
+
+
+class Pool:
+    """Up to `size` runs made ahead, refilled in the background from one server."""
+
+    def __init__(
+        self, preload: bool, size: int, limits: Limits, as_user: tuple[int, int],
+        parents: Mapping[str, cgroups.Parent],
+    ) -> None:  # fmt: skip
+        self.preload = preload
+        self.size = size
+        self.taken = 0  # how many runs it served (for tests and benchmarks)
+        self._limits, self._as_user, self._parents = limits, as_user, parents
+        self.server: Server | None = None
+        self._replacing = False
+        self._ready: list[Slot] = []
+        self._lock = threading.Lock()
+        self._wanted = threading.Event()
+        self.closed = False
+        self._failures = 0
+        self._wanted.set()
+        name = "warm-interpreter" if preload else "warm-bare"
+        threading.Thread(target=self._refill, name=name, daemon=True).start()
+
+    @classmethod
+    def start(
+        cls, preload: bool, size: int, limits: Limits, as_user: tuple[int, int],
+        parents: Mapping[str, cgroups.Parent],
+    ) -> Pool | None:  # fmt: skip
+        """A pool, or None where runs cannot be made ahead as strong as cold ones."""
+        if size <= 0:
+            return None
+        if os.geteuid() != 0:
+            log.warning("warm sandboxes are off: the service is not root (it hands each run its session's mount)")
+            return None
+        try:  # a session reaches a forked run as a detached mount (Linux 5.2)
+            os.close(forkserver.open_tree("/"))
+        except OSError as error:
+            log.warning("warm sandboxes are off: no detached mounts here (open_tree: %s)", error.strerror)
+            return None
+        if preload and "memory" not in parents:
+            # The address-space limit that stands in would count the libraries. A bare
+            # server's runs hold it as cold runs do: it is the server's, and each fork's.
+            log.warning("warm sandboxes with the libraries are off: no memory cgroup")
+            return None
+        _start_threads()
+        pool = cls(preload, size, limits, as_user, parents)
+        _pools.append(pool)
+        return pool
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Wait until every run of the pool is ready (tests, benchmarks: runs never wait)."""
+        deadline = time.monotonic() + timeout
+        while len(self._ready) < self.size and not self.closed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return len(self._ready) >= self.size
+
+    def take(self) -> Slot | None:
+        """A run made ahead, at once, or None."""
+        with self._lock:
+            slot = self._ready.pop(0) if self._ready else None
+            self.taken += slot is not None
+        self._wanted.set()
+        return slot
+
+    def make(self) -> Slot | None:
+        """A run made now, at normal priority, when none was ready: it costs a fork, where a
+        cold run costs a new interpreter and its imports. None without a live server."""
+        server = self.server
+        if self.closed or server is None or not server.alive():
+            return None
+        try:
+            slot = server.fork(self._limits, self._parents, 0)
+        except Exception:
+            log.exception("a run could not be forked on demand; it runs cold")
+            return None
+        with self._lock:
+            self.taken += slot is not None
+        return slot
+
+    def close(self) -> None:
+        self.closed = True
+        self._wanted.set()
+        with self._lock:
+            ready, self._ready = self._ready, []
+            server, self.server = self.server, None
+        for slot in ready:
+            slot.close()
+        if server is not None:
+            server.retire()
+
+    def _refill(self) -> None:
+        while not self.closed:
+            self._wanted.wait()
+            self._wanted.clear()
+            while not self.closed and len(self._ready) < self.size:
+                try:
+                    # At low priority while the pool has half its runs ready; past that, runs
+                    # are about to be forked on demand: the same work, better done ahead.
+                    nice = _REFILL_NICE if len(self._ready) >= self.size / 2 else 0
+                    slot = self._current_server().fork(self._limits, self._parents, nice)
+                except Exception:
+                    if self.closed:  # closed while it was made (the service is ending): no failure
+                        return
+                    self._failed()
+                    time.sleep(_RETRY_SECONDS)
+                    continue
+                self._failures = 0
+                if slot is None:  # its server was just replaced: the next comes from the new one
+                    continue
+                with self._lock:
+                    if not self.closed:
+                        self._ready.append(slot)
+                        continue
+                slot.close()  # the pool closed while it was made
+
+    def _failed(self) -> None:
+        """Cold runs go on; a server that failed makes no more, and a pool that fails
+        three times in a row stops trying (a host that lacks what a fork needs)."""
+        self._failures += 1
+        log.exception("a warm sandbox failed to start")
+        with self._lock:
+            server, self.server = self.server, None
+        if server is not None:
+            server.retire()
+        if self._failures >= 3:
+            log.error("warm sandboxes are off after three failures in a row: every run is cold")
+            self.close()
+
+    def _current_server(self) -> Server:
+        server = self.server
+        if server is None or not server.alive():
+            if server is not None:
+                server.retire()
+            server = self.server = self._start_server().result()
+        elif server.expired() and not self._replacing:
+            self._replacing = True  # the old one forks on while the new one imports
+            self._start_server().add_done_callback(self._replaced)
+        return server
+
+    def _start_server(self) -> Future[Server]:
+        started: Future[Server] = Future()
+        _starts.put((started, (self.preload, self._limits, self._as_user, self._parents)))
+        return started
+
+    def _replaced(self, started: Future[Server]) -> None:
+        self._replacing = False
+        if started.exception() is not None:
+            log.error("a fork server could not be replaced; the old one serves on", exc_info=started.exception())
+            return
+        new = started.result()
+        with self._lock:
+            old, self.server = self.server, None if self.closed else new
+        for server in (old, new if self.closed else None):
+            if server is not None:
+                server.retire()
+
+
+# A program that names one of zygote.PRELOADED, or a library that imports one of them
+# (measured: each of these imports numpy at least), wants the interpreter that imported
+# them; any other, a bare one.
+_PRELOADED_USERS = re.compile(
+    r"\b(numpy|pandas|matplotlib|openpyxl|seaborn|scipy|sklearn|statsmodels|plotly|pyarrow|cv2|skimage|imageio"
+    r"|wordcloud|markitdown)\b"
+)
 
 
 def wants_preloaded(code: str) -> bool:
     return _PRELOADED_USERS.search(code) is not None
-
-
-class Shell(Warm):
-    """A shell that waits, then becomes the run's command line: for every language, the
-    sandbox and its cgroup made before the request (most of a cold start that is not the
-    language's own)."""
-
-    # The command line arrives as a file beside the program (it may hold any byte), and
-    # the line on stdin says go. stdin is then /dev/null, as a cold run's.
-    _WAIT = "printf '\\000codeexec-warm-ready\\n'; read -r _ || exit 0; exec </dev/null; cd /mnt/data && . /code/.run"
-
-    def command(self, limits: Limits, controllers: frozenset[str]) -> list[str]:
-        return [*limits.prlimit_argv(controllers), "/bin/sh", "-c", self._WAIT]
-
-    def request(self, argv: Sequence[str]) -> bytes:
-        (self.slot / "code" / ".run").write_text(f"exec {shlex.join(argv)}\n")
-        return b"go\n"
-
-
-class Pool:
-    """Up to `size` warm sandboxes ready, refilled in the background."""
-
-    def __init__(
-        self, kind: type[Warm], root: Path, size: int, limits: Limits, as_user: tuple[int, int],
-        parents: Mapping[str, cgroups.Parent],
-    ) -> None:  # fmt: skip
-        self.kind = kind
-        self.root = root
-        self.size = size
-        self.taken = 0  # how many runs it served (for tests and benchmarks)
-        self._terms = limits, as_user, parents
-        self._ready: list[Warm] = []
-        self._lock = threading.Lock()
-        self._wanted = threading.Event()
-        self._closed = False
-        self._failures = 0
-        _shared_mount(root)
-        self._wanted.set()
-        threading.Thread(target=self._refill, name=f"warm-{kind.__name__.lower()}", daemon=True).start()
-
-    @classmethod
-    def start(
-        cls, kind: type[Warm], root: Path, size: int, limits: Limits, as_user: tuple[int, int],
-        parents: Mapping[str, cgroups.Parent],
-    ) -> Pool | None:  # fmt: skip
-        """A pool, or None where warm sandboxes cannot be had: not root (no mounts), or
-        no memory cgroup (an address-space limit would count the preloaded libraries)."""
-        # Waiting sandboxes of a kind hold at most an eighth of the host's memory.
-        size = min(size, _MEMORY_BYTES // 8 // kind.memory_bytes)
-        if size <= 0 or os.geteuid() != 0 or "memory" not in parents:
-            return None
-        try:
-            pool = cls(kind, root, size, limits, as_user, parents)
-        except OSError as exc:
-            log.warning("warm interpreters are off: %s", exc)
-            return None
-        _pools.append(pool)
-        return pool
-
-    def wait_ready(self, timeout: float = 30.0) -> bool:
-        """Wait until every sandbox of the pool is ready (tests, benchmarks: runs never wait)."""
-        deadline = time.monotonic() + timeout
-        while len(self._ready) < self.size and not self._closed and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return len(self._ready) >= self.size
-
-    def take(self) -> Warm | None:
-        """A ready sandbox at once, or None: the caller runs cold, never waits."""
-        with self._lock:
-            warm = self._ready.pop() if self._ready else None
-            self.taken += warm is not None
-        self._wanted.set()
-        return warm
-
-    def close(self) -> None:
-        self._closed = True
-        self._wanted.set()
-        with self._lock:
-            ready, self._ready = self._ready, []
-        for warm in ready:
-            warm.close()
-
-    def _refill(self) -> None:
-        while not self._closed:
-            self._wanted.wait()
-            self._wanted.clear()
-            while not self._closed and len(self._ready) < self.size:
-                try:
-                    warm = self.kind(self.root / f"{os.getpid()}-{secrets.token_hex(6)}", *self._terms)
-                except Exception:
-                    # Cold runs go on; a pool that fails three times in a row stops trying.
-                    self._failures += 1
-                    log.exception("a warm sandbox (%s) failed to start", self.kind.__name__)
-                    if self._failures >= 3:
-                        self._closed = True
-                    break
-                self._failures = 0
-                with self._lock:
-                    if not self._closed:
-                        self._ready.append(warm)
-                        continue
-                warm.close()  # the pool closed while it started
-
-
-def _shared_mount(root: Path) -> None:
-    """The slots' parent as a mount of its own with shared propagation (once per host),
-    cleared of the slots of processes that have ended (a slot's name starts with its pid)."""
-    root.mkdir(mode=0o711, exist_ok=True)
-    mounted = any(line.split()[4] == str(root) for line in Path("/proc/self/mountinfo").read_text().splitlines())
-    if not mounted:
-        _mount(str(root), str(root), _MS_BIND)
-    _mount(None, str(root), _MS_SHARED | _MS_REC)
-    for slot in root.iterdir():
-        pid = slot.name.partition("-")[0]
-        if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
-            unmount(str(slot / "data"))  # a run's session mount, if it died mid-run
-            shutil.rmtree(slot, ignore_errors=True)
 
 
 _pools: list[Pool] = []
@@ -339,6 +556,11 @@ _pools: list[Pool] = []
 
 @atexit.register
 def _close_all() -> None:
-    """The ready sandboxes die with the process (bwrap --die-with-parent); their slots go too."""
+    """The servers die with the process (bwrap --die-with-parent), and their runs with
+    them; the runs made ahead, and those not yet taken down, are ended here, so that
+    their cgroups go too."""
     for pool in _pools:
         pool.close()
+    while not _ending.empty():
+        _ending.get().close()
+

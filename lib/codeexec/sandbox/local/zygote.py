@@ -1,26 +1,28 @@
-"""A warm Python interpreter, as it runs INSIDE a sandbox that waits for its one run.
+"""A warm Python interpreter, the fork server's (forkserver.py), as it runs INSIDE its sandbox.
 
-Started by warm.py in a sandbox made exactly as a cold run's, with nothing of a session
-yet: it imports what users import, says so on stdout, and reads its one run from stdin.
-By then the service has mounted the session's files on /mnt/data and written the program
-to /code. The program runs in a child forked for it, its CPU clock at zero and its CPU
-limit a cold run's (the imports spent none of it); this process only waits and hands on
-the child's exit status. It never runs a second program.
+Started by warm.py in a sandbox of its own, it imports what users import (PRELOADED) and
+draws a first figure, or with --bare nothing at all; what that made is frozen out of the
+garbage collector; then it serves. Each run is a fork of it that became a sandbox of its
+own (forkserver.py), and runs its Python program here, as `python3 -s source args...`
+would, but without starting an interpreter or importing anything again. The server
+itself never runs a program.
 """
 
 import atexit
 import contextlib
 import gc
 import importlib
-import json
 import os
-import resource
+import runpy  # here, not in each run: its imports cost a bare run more than its program
+import socket
 import sys
 import threading
 import traceback
 
-READY = b"\0codeexec-warm-ready\n"
-PRELOADED = ("numpy", "pandas", "matplotlib.pyplot")  # pyplot loads the font cache
+# Chosen by measurement (README "Libraries and tools"): what most programs import. scipy.stats,
+# seaborn, sklearn and statsmodels would save 0.5 to 0.8 s for the few programs that use them,
+# and cost every fork server 60 to 100 MB more, and every run's page tables; they import on demand.
+PRELOADED = ("numpy", "pandas", "matplotlib.pyplot", "openpyxl")  # pyplot loads the font cache
 
 
 def preload() -> None:
@@ -58,12 +60,9 @@ def _draw_once() -> None:
 
 
 def run(source: str, args: list[str]) -> None:
-    """The program, as `python3 -s source args...` would run it."""
-    os.chdir("/mnt/data")  # the session's mount, which arrived after this process started
+    """The program, as `python3 -s source args...` would run it (in /mnt/data)."""
     sys.argv = [source, *args]
     sys.path[0] = os.path.dirname(source)
-    import runpy
-
     try:
         runpy.run_path(source, run_name="__main__")
     except SystemExit:
@@ -99,26 +98,17 @@ def exit_code(source: str, args: list[str]) -> int:
 
 
 def main() -> None:
+    # A sibling in /code here, not a module of the package the service imports this from.
+    forkserver = importlib.import_module("forkserver")
+    forkserver.own_pid_namespace()
     if "--bare" not in sys.argv[1:]:  # a bare interpreter has started Python, nothing more
         preload()
-    # What the imports made is never garbage: the run's collections skip it, and so never
-    # touch (and copy) the pages the fork shares with this process.
+    config = forkserver.load_config()
+    # What the imports made is never garbage: the runs' collections skip it, and so never
+    # touch (and copy) the pages each fork shares with this process.
     gc.freeze()
-    os.write(1, READY)
-    request = json.loads(sys.stdin.buffer.readline() or b"null")
-    if request is None:  # the service closed it unused: nothing to run
-        os._exit(0)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)  # as a cold run's stdin
-    os.close(devnull)
-    child = os.fork()
-    if child == 0:
-        resource.setrlimit(resource.RLIMIT_CPU, tuple(request["cpu"]))  # its clock starts now
-        os._exit(exit_code(request["source"], request["args"]))
-    _, status = os.waitpid(child, 0)
-    # As bwrap reports a program a signal ended: 128 + the signal's number.
-    code = os.waitstatus_to_exitcode(status)
-    os._exit(128 - code if code < 0 else code)
+    control = socket.socket(fileno=int(sys.argv[sys.argv.index("--control") + 1]))
+    forkserver.serve(control, exit_code, config)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The sandbox's environment, installed from the locks under PREFIX (/opt/sandbox: bwrap
+# binds it read-only into every run, at the same path):
+#
+#   deps/environment.sh python PREFIX   the Python set of python/requirements.lock (needs uv:
+#                                       $UV, else `uv` on the PATH)
+#   deps/environment.sh node PREFIX     node/package-lock.json's node_modules (npm ci)
+#   deps/environment.sh tools PREFIX    tools/: `python`, the `pip` that says why it installs
+#                                       nothing, matplotlib's defaults
+#
+# The Makefile and the Dockerfile both run it: the host and the runner's image get one set.
+# Each part is built beside the old one and swapped in whole, so a failed install leaves
+# the set that was there; what it was installed from is kept as PREFIX/<part>.lock.
+set -euo pipefail
+deps=$(cd "$(dirname "$0")" && pwd)
+part=$1 prefix=$2
+new=$prefix/$part.new
+rm -rf "$new"
+mkdir -p "$new"
+case $part in
+  python)
+    # Wheels only (no compiler runs), with their hashes checked, for Debian's python3; the
+    # bytecode compiled now, since a run can write none (the prefix is read-only to it).
+    "${UV:-uv}" pip install --quiet --no-config --python /usr/bin/python3 --target "$new" \
+      --require-hashes --only-binary :all: --compile-bytecode -r "$deps/python/requirements.lock"
+    stamp=$(cat "$deps/python/requirements.lock") ;;
+  node)
+    cp "$deps/node/package.json" "$deps/node/package-lock.json" "$new/"
+    (cd "$new" && npm ci --omit=dev --no-audit --no-fund --loglevel=error)
+    stamp=$(cat "$deps/node/package-lock.json") ;;
+  tools)
+    # bin/ is first on the sandbox's PATH, a directory of the service's own: Debian's
+    # `python` is a package (python-is-python3) that would change the host for everyone.
+    cp -R "$deps/tools/." "$new/"
+    ln -s /usr/bin/python3 "$new/bin/python"
+    ln -s pip "$new/bin/pip3"
+    stamp=$(cd "$deps/tools" && find . -type f | sort | xargs sha256sum) ;;
+  *) echo "usage: $0 python|node|tools PREFIX" >&2; exit 2 ;;
+esac
+chmod -R a+rX "$new"
+rm -rf "$prefix/$part.old"
+[ ! -e "$prefix/$part" ] || mv "$prefix/$part" "$prefix/$part.old"
+mv "$new" "$prefix/$part"
+rm -rf "$prefix/$part.old"
+printf '%s\n' "$stamp" > "$prefix/$part.lock"

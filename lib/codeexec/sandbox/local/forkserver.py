@@ -1,0 +1,392 @@
+"""The fork server: a long-lived interpreter that makes each run's sandbox from a fork.
+
+It runs INSIDE a bubblewrap sandbox of its own (warm.py starts it: no network, /usr
+read-only, the sandbox uid), keeping three capabilities inside its own user namespace:
+CAP_SYS_ADMIN (namespaces, mounts), CAP_NET_ADMIN (the run's loopback up) and
+CAP_SETPCAP (to empty the bounding set). It is pid 1 of a PID namespace of its own, so
+that it may give each run a PID namespace and take its own back. It never runs user
+code, and no run can reach it. This module is also the protocol both ends speak; the
+service imports it for that.
+
+For each run made ahead the service sends one message (`fork`) with the run's control
+socket and its cgroup's `cgroup.procs`, opened by the service. Two processes follow:
+
+- the run's **init**, pid 1 of a new PID namespace: moves itself into the run's cgroup
+  (writing 0 through the service's descriptor), unshares mount, network, IPC and UTS
+  namespaces, mounts the run's own /proc, /dev/pts, /tmp, /dev/shm and /code, brings up
+  the run's loopback and forks the program. At the run it writes the program into /code
+  (then read-only), attaches the session's files at /mnt/data (a detached mount the
+  service made with open_tree, handed over with the run), says so, drops every
+  capability (the bounding set too) and loads the seccomp filter, so that from then on
+  it holds what the program holds, as bwrap's init does, and hands the program its run.
+  It reaps; when the program ends it kills and reaps what the program left running and
+  reports the exit status.
+- the **program**, pid 2: right away it drops every capability and loads the seccomp
+  filter cold runs load, then waits for its run. Only then does it take its stdout and
+  stderr, set its CPU limit (its clock started at its fork: a fork's CPU time starts at
+  zero) and run the program: Python in this very interpreter (zygote.py), or any command
+  line by exec.
+
+While the init still holds its capabilities the program cannot reach it (the kernel lets
+no process trace or read one that holds more than itself). Each message on the control
+socket carries its sender's credentials, which the kernel gives the service as host
+pids: how the service knows whom to kill and renice.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import errno
+import fcntl
+import functools
+import json
+import os
+import resource
+import signal
+import socket
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+CONFIG = "/code/.forkserver.json"
+CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP")
+MAX_FDS = 16  # descriptors one message carries at most
+_MESSAGE_BYTES = 1 << 16
+
+_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID, _CLONE_NEWNET = (
+    0x00020000, 0x04000000, 0x08000000, 0x20000000, 0x40000000,
+)  # fmt: skip
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18,
+)  # fmt: skip
+MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x2, 0x4
+# The new mount API's calls have one number on every architecture.
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
+_OPEN_TREE_CLONE, _AT_FDCWD, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 1, -100, 0x1000, 0x4
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_CAPBSET_READ, _PR_CAPBSET_DROP = 22, 2, 23, 24
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_SIOCSIFFLAGS, _IFF_UP = 0x8914, 0x1
+# What bwrap covers read-only in the /proc it mounts.
+_PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+    return result
+
+
+# --- the kernel calls, both ends -------------------------------------------------------
+
+
+def open_tree(path: str) -> int:
+    """A detached copy of the mount at path (the service's side, root on the host)."""
+    flags = _OPEN_TREE_CLONE | os.O_CLOEXEC
+    return _check(_libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, os.fsencode(path), flags), "open_tree")
+
+
+def restrict(tree: int) -> None:
+    """nosuid,nodev on a detached tree, as on a cold run's /mnt/data."""
+    attr = ctypes.create_string_buffer(struct.pack("QQQQ", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, 0))
+    _check(_libc.syscall(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH, attr, len(attr)), "mount_setattr")
+
+
+def attach(tree: int, target: str) -> None:
+    flags = _MOVE_MOUNT_F_EMPTY_PATH
+    _check(_libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, os.fsencode(target), flags), "move_mount")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    encoded = [value if value is None else os.fsencode(value) for value in (source, target, fstype, data)]
+    _check(_libc.mount(encoded[0], encoded[1], encoded[2], flags, encoded[3]), f"mount {target}")
+
+
+# --- messages: a JSON object and descriptors, each carrying its sender's credentials ---
+
+
+def send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    sock.sendmsg([json.dumps(message).encode()], ancillary)
+
+
+def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int], int | None]:
+    """The next message (None at the end), its descriptors and its sender's pid as the
+    receiver sees it (where SO_PASSCRED is on)."""
+    room = socket.CMSG_SPACE(MAX_FDS * 4) + socket.CMSG_SPACE(12)
+    data, ancillary, flags, _ = sock.recvmsg(_MESSAGE_BYTES, room)
+    fds: list[int] = []
+    pid = None
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
+        elif level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            pid = struct.unpack("iII", payload[:12])[0]
+    if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC) or not data:
+        for fd in fds:
+            os.close(fd)
+        if data:
+            raise OSError(errno.EMSGSIZE, "a message was cut short")
+        return None, [], pid
+    return json.loads(data), fds, pid
+
+
+# --- the server -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a server is told once, at its start (warm.py writes it as JSON)."""
+
+    ram_disk_bytes: int  # the size of each of a run's /tmp and /dev/shm
+    cpu: tuple[int, int]  # a run's CPU rlimit
+    seccomp: bytes  # the compiled filter every run loads (seccomp.bpf())
+    # Copied into each run: into /code, or beside it, read-only (the font cache in /tmp).
+    files: dict[str, bytes]
+
+
+def load_config(path: str = CONFIG) -> Config:
+    with open(path, "rb") as file:
+        raw = json.load(file)
+    return Config(raw["ram_disk_bytes"], tuple(raw["cpu"]), _read(raw["seccomp"]), {f: _read(f) for f in raw["files"]})
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
+
+
+Interpret = Callable[[str, list[str]], int]  # runs a Python program, returns its exit code
+
+
+def own_pid_namespace() -> None:
+    """Go on as pid 1 of a PID namespace this process's user namespace owns (bwrap's is
+    not): only there may it give a child a PID namespace of its own and then take its
+    own back. The process that called it stays behind, waiting."""
+    _check(_libc.unshare(_CLONE_NEWPID), "unshare")
+    server = os.fork()
+    if server:
+        os._exit(os.waitstatus_to_exitcode(os.waitpid(server, 0)[1]) & 0xFF)
+
+
+def serve(control: socket.socket, interpret: Interpret, config: Config) -> NoReturn:
+    """Fork a run's init for each `fork` message, until the service closes the socket."""
+    # Children are reaped by the kernel: the server never waits on a run.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    _bounding_set()
+    send(control, {"hello": "server"})
+    while True:
+        message, fds, _ = receive(control)
+        if message is None:
+            os._exit(0)
+        try:
+            if _fork_into_new_pid_namespace(own) == 0:
+                os.close(own)
+                _exit_on_error(fds[0], _init, control, fds, interpret, config)
+        except OSError as error:  # no fork now (a process limit): that run says so, the server goes on
+            with socket.socket(fileno=os.dup(fds[0])) as report, contextlib.suppress(OSError):
+                send(report, {"error": str(error)})
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _fork_into_new_pid_namespace(own: int) -> int:
+    """fork(), the child pid 1 of a new PID namespace; the server keeps its own."""
+    _check(_libc.unshare(_CLONE_NEWPID), "unshare")  # for the next child only
+    try:
+        child = os.fork()
+    except BaseException:
+        _check(_libc.setns(own, _CLONE_NEWPID), "setns")
+        raise
+    if child:
+        _check(_libc.setns(own, _CLONE_NEWPID), "setns")
+    return child
+
+
+def _exit_on_error(ctl: int, body: Callable[..., None], *args: Any) -> NoReturn:
+    """A process of the run reports what failed on the control socket, then ends."""
+    try:
+        body(*args)
+    except BaseException as error:
+        with socket.socket(fileno=os.dup(ctl)) as report, contextlib.suppress(OSError):
+            send(report, {"error": f"{type(error).__name__}: {error}"})
+    os._exit(0)
+
+
+def _init(control: socket.socket, fds: list[int], interpret: Interpret, config: Config) -> None:
+    control.close()
+    ctl_fd, *procs = fds
+    _quiet()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    ctl = socket.socket(fileno=ctl_fd)
+    for fd in procs:  # into the run's cgroup: every process of the run is born inside
+        os.write(fd, b"0")
+        os.close(fd)
+    send(ctl, {"hello": "init"})
+    _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of the run's mounts reaches the server, or back
+    _mount_run_filesystems(config)
+    _loopback_up()
+    handoff, program_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    program = os.fork()
+    if program == 0:
+        handoff.close()
+        _program(ctl, program_end, interpret, config)
+    program_end.close()
+    # Signals from inside its namespace never reach pid 1 unless it handles one: none is.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    run, run_fds, _ = receive(ctl)
+    if run is None:  # the slot was closed unused: the program ends with this namespace
+        os._exit(0)
+    _hand_over(run, run_fds)
+    _drop_privileges(config.seccomp)
+    send(ctl, {"started": True})
+    send(handoff, run["run"], run_fds[1:3])
+    for fd in run_fds:
+        os.close(fd)
+    handoff.close()
+    code = os.waitstatus_to_exitcode(_reap_until(program))
+    _end_the_rest()
+    # As bwrap reports a program a signal ended: 128 + the signal's number.
+    send(ctl, {"exit": 128 - code if code < 0 else code})
+
+
+def _hand_over(run: Mapping[str, Any], fds: list[int]) -> None:
+    """The program into /code (then read-only), and the session's files at /mnt/data."""
+    tree, _, _, *sources = fds
+    for name, fd in zip(run["files"], sources, strict=True):
+        _write(f"/code/{name}", fd)
+    mount(None, "/code", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    attach(tree, "/mnt/data")
+    # The session's mount must be what the program finds, or it would run in an empty directory.
+    inside, given = os.stat("/mnt/data"), os.fstat(tree)
+    if (inside.st_dev, inside.st_ino) != (given.st_dev, given.st_ino):
+        raise OSError(errno.EIO, "the session's files did not arrive at /mnt/data")
+
+
+def _write(path: str, source: int) -> None:
+    """A file of the program (its name is a file name), copied in the kernel."""
+    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        size, offset = os.fstat(source).st_size, 0
+        while offset < size:
+            offset += os.sendfile(out, source, offset, size - offset)
+    finally:
+        os.close(out)
+
+
+def _reap_until(pid: int) -> int:
+    """As pid 1 reaps every orphan of the run, until the program itself ends."""
+    while True:
+        reaped, status = os.waitpid(-1, 0)
+        if reaped == pid:
+            return status
+
+
+def _end_the_rest() -> None:
+    """What the program left running is killed, and reaped: none of it outlives the run's
+    reply, as none outlives a cold run's sandbox."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            os.waitpid(-1, 0)
+
+
+def _mount_run_filesystems(config: Config) -> None:
+    """What a cold run's bwrap mounts of its own: /proc of its PID namespace, a devpts
+    instance, the RAM disks, and /code with the interpreter's sitecustomize."""
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in _PROC_COVERED:
+        path = f"/proc/{name}"
+        if os.path.exists(path):
+            _read_only_bind(path)
+    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+    for path, mode in (("/tmp", "0755"), ("/dev/shm", "1777")):
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode},size={config.ram_disk_bytes}")
+    mount("tmpfs", "/code", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for path, content in config.files.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as out:
+            out.write(content)
+        if not path.startswith("/code/"):  # read-only files of their own, as bwrap binds them
+            _read_only_bind(path)
+
+
+def _read_only_bind(path: str) -> None:
+    mount(path, path, None, MS_BIND)
+    mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", _IFF_UP))
+
+
+@functools.cache
+def _bounding_set() -> tuple[int, ...]:
+    """What the server's bounding set holds (bwrap leaves its three capabilities): read
+    once, in the server, and known to every fork."""
+    last = int(_read("/proc/sys/kernel/cap_last_cap"))
+    return tuple(cap for cap in range(last + 1) if _libc.prctl(_PR_CAPBSET_READ, cap, 0, 0, 0) == 1)
+
+
+def _drop_privileges(seccomp: bytes) -> None:
+    """Every capability gone, the bounding and ambient sets too, and the seccomp filter on:
+    from here on this process holds what a cold run's program holds."""
+    for cap in _bounding_set():
+        _check(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0), "drop the bounding set")
+    _check(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear the ambient set")
+    header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    _check(_libc.capset(header, bytes(24)), "capset")
+    filters = ctypes.create_string_buffer(seccomp, len(seccomp))
+    program = struct.pack("@HP", len(seccomp) // 8, ctypes.addressof(filters))  # struct sock_fprog
+    _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, program, 0, 0), "seccomp")
+
+
+def _program(ctl: socket.socket, handoff: socket.socket, interpret: Interpret, config: Config) -> NoReturn:
+    """Confined at once, ready, then the run: from the moment its output is the run's,
+    what fails is the program's to say, on its own stderr."""
+    try:
+        _drop_privileges(config.seccomp)
+        send(ctl, {"hello": "program"})
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            send(ctl, {"error": f"{type(error).__name__}: {error}"})
+        os._exit(0)
+    ctl.close()
+    run, fds, _ = receive(handoff)
+    handoff.close()
+    if run is None:  # the slot was closed unused
+        os._exit(0)
+    os.dup2(fds[0], 1)
+    os.dup2(fds[1], 2)
+    for fd in fds:
+        os.close(fd)
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, config.cpu)  # its clock started at its fork
+        os.chdir("/mnt/data")  # the session's mount, which arrived after this process started
+        if "source" in run:
+            os._exit(interpret(run["source"], run["args"]))
+        for ignored in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python's subprocess restores them
+            signal.signal(ignored, signal.SIG_DFL)
+        os.execv(run["argv"][0], run["argv"])  # noqa: S606  # the run's own command line
+    except OSError as error:
+        os.write(2, f"{error}\n".encode(errors="replace"))
+    os._exit(127)
+
+
+def _quiet() -> None:
+    """The server's stdout and stderr are the service's pipes: nothing of a run writes there."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
