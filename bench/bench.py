@@ -60,12 +60,20 @@ def service(root: Path, key: str, warm: int = 0, runs: int | None = None) -> Ite
            "WARM_SANDBOXES": str(warm)}  # fmt: skip
     if runs is not None:
         env["MAX_CONCURRENT_RUNS"] = str(runs)
+    base = f"http://127.0.0.1:{port}"
+    with process([sys.executable, "-m", "codeexec.server"], env, base) as pid:
+        yield f"{base}/v1", pid
+
+
+@contextmanager
+def process(argv: list[str], env: dict[str, str], base: str) -> Iterator[int]:
+    """A server as a subprocess until the block ends, once it listens at `base`; yields
+    its pid. What it logged is shown when the block fails."""
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen([sys.executable, "-m", "codeexec.server"], env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=log)
         try:
-            base = f"http://127.0.0.1:{port}"
             _wait_listening(base, proc)
-            yield f"{base}/v1", proc.pid
+            yield proc.pid
         except BaseException:
             log.seek(0)
             sys.stderr.write(log.read()[-4000:].decode(errors="replace"))

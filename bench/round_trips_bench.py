@@ -16,12 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import secrets
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +26,7 @@ from collections.abc import Callable, Iterator
 import httpx
 from roots import sandbox_root
 
-from bench import _free_port, _wait_listening, pct
+from bench import _free_port, pct, process
 
 
 @contextlib.contextmanager
@@ -78,22 +75,6 @@ def delaying_proxy(upstream_port: int, delay: float) -> Iterator[int]:
         yield port
     finally:
         loop.call_soon_threadsafe(loop.stop)
-
-
-@contextlib.contextmanager
-def process(argv: list[str], env: dict[str, str], base: str) -> Iterator[None]:
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=log)
-        try:
-            _wait_listening(base, proc)  # type: ignore[arg-type]
-            yield
-        except BaseException:
-            log.seek(0)
-            sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
-            raise
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
 
 
 @contextlib.contextmanager
