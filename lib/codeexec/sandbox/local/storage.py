@@ -216,8 +216,14 @@ def _check_image_behind(root: Path) -> None:
         backing = Path("/sys/block", Path(device).name, "loop", "backing_file").read_text().strip()
     except OSError:
         return
-    if not backing.endswith(" (deleted)"):  # a removed image has no name to check
-        _check_image(Path(backing))
+    if backing.endswith(" (deleted)"):  # a removed image has no name to check
+        return
+    if not os.path.lexists(backing):
+        # A container given the root by its host (compose): the image is in the host's
+        # filesystem, out of this one's sight, and the host that mounted it checked it.
+        log.info("the sandbox image %s behind SANDBOX_ROOT is not in sight here: not checked", backing)
+        return
+    _check_image(Path(backing))
 
 
 def _mount_inert(root: Path) -> None:
