@@ -4,6 +4,9 @@ the reaper's schedule), on the local backend."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -219,3 +222,14 @@ def test_every_sample_event_is_exercised() -> None:
     exercised |= {"upload-batch", "object", "delete-object", "reaper", "env", "programmatic", "programmatic-cancel"}
     assert {p.stem for p in EVENTS.glob("*.json")} == exercised, "a new sample event needs a test here"
 
+
+
+def test_the_functions_import_no_server(env: dict) -> None:
+    """The functions' layer (lib/requirements.txt) carries no uvicorn: what the handlers
+    import must not need it (Lambda would answer every call 'Unable to import module')."""
+    code = "import sys, handlers.api, handlers.reaper; print('uvicorn' in sys.modules)"
+    root = Path(__file__).resolve().parents[1]
+    argv = [sys.executable, "-c", code]
+    done = subprocess.run(argv, env={**os.environ, **env}, cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -3,9 +3,10 @@ the runner (runner/__main__.py), neither of which imports the other.
 
 - uvicorn as both run it: idle connections kept longer than clients keep theirs, and
   connections whose request headers never finish dropped (connections.py);
-- the reaper on a timer in-process (on Lambda, an EventBridge schedule runs it instead);
-- the one error response: a ServiceError's status, its JSON body and its headers, from
-  the handlers both apps register (the API adds FastAPI's own errors beside them).
+- the reaper on a timer in-process (on Lambda, an EventBridge schedule runs it instead).
+
+Both apps answer errors the same way too (answers.py), which the Lambda functions, with no
+uvicorn, import as well.
 """
 
 from __future__ import annotations
@@ -13,15 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import uvicorn
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
 from .connections import HeaderDeadline
-from .errors import ServiceError
 from .reaper import reap
 from .sandbox.port import Sandboxes
 from .settings import Settings
@@ -32,9 +29,6 @@ log = logging.getLogger("codeexec")
 # when both close at the same moment, the client sends its next request on a socket the
 # server is closing, and the call fails without reaching the service.
 KEEP_ALIVE_SECONDS = 75
-
-Handler = Callable[[Request, Exception], Response]
-
 
 def config(app: Any, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
     return uvicorn.Config(
@@ -68,23 +62,3 @@ def start_reaper(sandboxes: Sandboxes, settings: Settings) -> threading.Event:
 
     threading.Thread(target=loop, name="reaper", daemon=True).start()
     return stop
-
-
-def error_response(exc: ServiceError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
-
-
-def error_handlers() -> Mapping[type[Exception], Handler]:
-    """The service's errors answered as themselves, anything else as a logged 500 that
-    says nothing of what failed (never a stack trace)."""
-    return {ServiceError: _service_error, Exception: _internal_error}
-
-
-def _service_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ServiceError)
-    return error_response(exc)
-
-
-def _internal_error(request: Request, exc: Exception) -> Response:
-    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(ServiceError())

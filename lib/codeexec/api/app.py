@@ -1,7 +1,7 @@
 """The HTTP app: the routers, and where errors become answers.
 
 Every error of the library carries its status (`codeexec.errors`), so one handler answers
-them all, the one the runner uses too (`codeexec.serving`); FastAPI's own errors (a
+them all, the one the runner uses too (`codeexec.answers`); FastAPI's own errors (a
 malformed body, an unknown route) are mapped beside it.
 """
 
@@ -15,13 +15,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from ..answers import error_handlers, error_response
 from ..auth import make_authenticator
 from ..errors import BadRequest
 from ..large_files import LargeFiles
 from ..programmatic import Programs, Tokens
 from ..sandbox import make_sandboxes
 from ..sandbox.port import Sandboxes
-from ..serving import error_handlers, error_response
 from ..sessions import SessionLimits, Sessions
 from ..settings import Settings, get_settings
 from .admission import Admission, default_runs

@@ -17,8 +17,8 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..answers import error_response
 from ..errors import RequestTimeout, ServiceError, TooLarge
-from ..serving import error_response
 from .dependencies import Service
 
 # Paths anyone may call: they say whether the service answers and what it accepts.

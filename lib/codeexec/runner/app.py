@@ -29,11 +29,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..answers import error_handlers, error_response
 from ..errors import BadRequest, SessionNotFound, Unauthorized
 from ..sandbox.local import LocalSandboxes
 from ..sandbox.port import Carried, Input, Lease, Opened
 from ..sandbox.runner import protocol
-from ..serving import error_handlers, error_response
 from ..streams import request_body
 
 T = TypeVar("T")
