@@ -66,15 +66,18 @@ def delaying_proxy(upstream_port: int, delay: float) -> Iterator[int]:
         server = await asyncio.start_server(connection, "127.0.0.1", port)
         ready.set()
         async with server:
-            await server.serve_forever()
+            with contextlib.suppress(asyncio.CancelledError):  # the block ended
+                await server.serve_forever()
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    serving = loop.create_task(serve())
+    thread = threading.Thread(target=loop.run_until_complete, args=(serving,), daemon=True)
     thread.start()
     ready.wait(10)
     try:
         yield port
     finally:
-        loop.call_soon_threadsafe(loop.stop)
+        loop.call_soon_threadsafe(serving.cancel)
+        thread.join(10)
 
 
 @contextlib.contextmanager
