@@ -128,12 +128,13 @@ class MicrovmSandboxes(Sandboxes):
                 return self._run_in(session_id, run, slot)
         if not where.new:
             raise SessionNotFound()
-        session_id = self._launch()
-        try:
-            return self._run_in(session_id, run, slot, new=True)
-        except BaseException:
-            self.end(session_id)  # a VM without its session would idle to its TTL
-            raise
+        with slot():  # before the launch: a refused run makes no VM
+            session_id = self._launch()
+            try:
+                return self._run_in(session_id, run, contextlib.nullcontext, new=True)
+            except BaseException:
+                self.end(session_id)  # a VM without its session would idle to its TTL
+                raise
 
     def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
         if not placement.new:
