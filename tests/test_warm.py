@@ -291,6 +291,24 @@ def test_a_program_naming_no_library_forks_from_a_bare_interpreter(app: FastAPI,
     assert reply["stdout"] == "True True ['/code/main.py']\n", reply
     assert {name: pool.taken - taken[name] for name, pool in pools(app).items()} == {"py": 0, "bare": 1}
 
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+@pytest.mark.skipif(not THP.exists() or "[never]" in THP.read_text(), reason="no transparent huge pages here")
+def test_a_run_shares_the_interpreters_heap_in_huge_pages_and_starts_its_clock_at_zero(
+    app: FastAPI, client: TestClient
+) -> None:
+    # What makes a fork of the interpreter with the libraries cheap (zygote.share_as_huge_pages);
+    # its copies are the run's own, and cost the run no CPU time before its program starts.
+    wait_warm(app)
+    reply = run(
+        client,
+        WARM + "import re, time\nstart = time.process_time()\n"
+        "rollup = open('/proc/self/smaps_rollup').read()\n"
+        "print(int(re.search(r'AnonHugePages:\\s+(\\d+)', rollup)[1]) >= 2048, start < 0.05)\n",
+    )
+    assert reply["stdout"] == "warm\nTrue True\n", reply
+
 
 def test_other_languages_run_by_exec_in_a_sandbox_made_ahead(app: FastAPI, client: TestClient) -> None:
     wait_warm(app)
