@@ -176,7 +176,7 @@ def _microvm_actions(function: str) -> set[str]:
     actions: set[str] = set()
     for policy in functions()[function]["Policies"]:
         if "Fn::If" in policy and policy["Fn::If"][0] == "UseMicrovm":
-            for statement in policy["Fn::If"][1]["Statement"]:
+            for statement in policy["Fn::If"][1].get("Statement", []):  # (AgentCore's: none)
                 granted = statement["Action"]
                 actions |= {granted} if isinstance(granted, str) else set(granted)
     return actions
@@ -274,6 +274,14 @@ def test_agentcore_is_granted_on_the_interpreter_the_functions_use(parameters: d
     # The built-in interpreter is AWS's (account `aws`); any other is `code-interpreter-custom`.
     kind = "aws:code-interpreter" if interpreter == "aws.codeinterpreter.v1" else "123456789012:code-interpreter-custom"
     assert granted == {f"arn:aws:bedrock-agentcore:us-east-1:{kind}/{interpreter}"}
+
+
+@needs_translator
+def test_a_microvm_stack_is_granted_nothing_of_agentcore() -> None:
+    stack = Stack(translated(), MICROVM)
+    actions = {action for _, statement in statements(stack) for action in listed(statement["Action"])}
+    assert "lambda:RunMicrovm" in actions
+    assert not [action for action in actions if action.startswith("bedrock-agentcore:")]
 
 
 @needs_translator
