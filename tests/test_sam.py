@@ -176,7 +176,7 @@ def _microvm_actions(function: str) -> set[str]:
     actions: set[str] = set()
     for policy in functions()[function]["Policies"]:
         if "Fn::If" in policy and policy["Fn::If"][0] == "UseMicrovm":
-            for statement in policy["Fn::If"][1].get("Statement", []):  # (AgentCore's: none)
+            for statement in policy["Fn::If"][1].get("Statement", []):  # AgentCore's grants: no branch here
                 granted = statement["Action"]
                 actions |= {granted} if isinstance(granted, str) else set(granted)
     return actions

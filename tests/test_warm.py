@@ -291,6 +291,7 @@ def test_a_program_naming_no_library_forks_from_a_bare_interpreter(app: FastAPI,
     assert reply["stdout"] == "True True ['/code/main.py']\n", reply
     assert {name: pool.taken - taken[name] for name, pool in pools(app).items()} == {"py": 0, "bare": 1}
 
+
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
