@@ -10,9 +10,10 @@ The sides:
   warm sandboxes (WARM_PYTHON, WARM_SANDBOXES);
 - cold: the same service with none, what every run was before (throughput's unit).
 
-Latency is taken back to back, at one caller and at four: each caller alternates a call
-to the service and a plain print(1) launch, so the plain launch runs on the same busy
-machine as the service and the ratios cancel the machine's noise. The programs:
+Latency is taken back to back, at one caller and at four, and at a chat's pace (one
+caller, a pause after each pair, so the pools are full when a call comes): each caller
+alternates a call to the service and a plain print(1) launch, so the plain launch runs on
+the same machine as the service and the ratios cancel the machine's noise. The programs:
 print(1), a pandas sum, a matplotlib chart saved as PNG, and hello worlds in js and
 bash. Throughput is taken at four callers, back to back, warm against cold.
 """
@@ -85,9 +86,13 @@ def _ms(call: Call) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def back_to_back(calls: list[Call], rounds: int) -> tuple[list[float], list[float]]:
+CHAT_PAUSE = 0.5  # seconds between a caller's pairs at a chat's pace
+
+
+def back_to_back(calls: list[Call], rounds: int, pause: float = 0.0) -> tuple[list[float], list[float]]:
     """One caller per entry of `calls`, each alternating its call and a plain print(1)
-    launch (the order swapped every round), `rounds` of each; the times of both."""
+    launch (the order swapped every round), `rounds` of each, `pause` seconds after each
+    pair; the times of both."""
     service: list[float] = []
     plain: list[float] = []
     lock = threading.Lock()
@@ -99,6 +104,7 @@ def back_to_back(calls: list[Call], rounds: int) -> tuple[list[float], list[floa
                 ms = _ms(fn)
                 with lock:
                     times.append(ms)
+            time.sleep(pause)
 
     for call in calls:  # each side's first call pays its caches; not counted
         call()
@@ -109,17 +115,19 @@ def back_to_back(calls: list[Call], rounds: int) -> tuple[list[float], list[floa
 
 
 def latency_table(url: str, key: str, rounds: int, stack: ExitStack) -> dict[str, str]:
-    print(f"\nlatency, ms, back to back: each caller alternates a warm call and a plain print(1), {rounds} of each")
+    print(f"\nlatency, ms: each caller alternates a warm call and a plain print(1), {rounds} of each back to back,")
+    print(f"{rounds // 4} at a chat's pace (one caller, {CHAT_PAUSE:g} s after each pair)")
     print(f"{'program':<16}{'callers':>8}{'p50':>8}{'p99':>8}{'p99/p50':>9}{'plain p50':>11}{'p50/plain':>11}")
     main = {}
-    for callers in (1, 4):
+    for callers, pause in ((1, 0.0), (4, 0.0), (1, CHAT_PAUSE)):
+        name, side = ("chat", "chat") if pause else (str(callers), f"c{callers}")  # column, summary
         for label, program in PROGRAMS.items():
             calls = [service_call(stack.enter_context(_client(url, key)), *program) for _ in range(callers)]
-            times, plain = back_to_back(calls, max(rounds // callers, 8))
+            times, plain = back_to_back(calls, max(rounds // (4 if pause else callers), 8), pause)
             p50, p99, plain50 = pct(times, 50), pct(times, 99), pct(plain, 50)
-            print(f"{label:<16}{callers:>8}{p50:8.1f}{p99:8.1f}{p99 / p50:8.2f}x{plain50:11.1f}{p50 / plain50:10.2f}x")
+            print(f"{label:<16}{name:>8}{p50:8.1f}{p99:8.1f}{p99 / p50:8.2f}x{plain50:11.1f}{p50 / plain50:10.2f}x")
             if label in TARGETS:
-                main[f"{label} c{callers}"] = f"p50 {p50 / plain50:.2f}x plain, p99 {p99 / p50:.2f}x p50"
+                main[f"{label} {side}"] = f"p50 {p50 / plain50:.2f}x plain, p99 {p99 / p50:.2f}x p50"
     return main
 
 
