@@ -5,7 +5,7 @@ on disk and to install, and what each preloaded library costs to import in a run
   directories Debian's packages fill (LibreOffice, Chromium, R's packages, pandoc, ...);
 - install: the Python set (uv) and node_modules (npm ci) installed again from the locks
   into a scratch directory, each with an empty cache of its own: what a fresh machine
-  pays for them (Debian's packages are timed once, in the README: apt cannot be undone);
+  pays for them (Debian's packages are timed once, in docs/libraries.md: apt cannot be undone);
 - imports: each library of zygote.PRELOADED imported in a cold sandboxed run through the
   service, each in a run of its own (pandas's time includes numpy's), the median of several.
 """

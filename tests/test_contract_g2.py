@@ -219,7 +219,7 @@ def test_programmatic_tools_and_the_stateful_profile_through_the_real_tools(
 
     if request.node.callspec.params["app"] == "agentcore":
         # No session can be named ahead on AgentCore: the profile is refused as the client
-        # expects, a permanent capability mismatch it does not retry (README).
+        # expects, a permanent capability mismatch it does not retry (docs/api.md).
         for name in ("prewarm", "stateful_write", "aborted"):
             assert "does not provide the requested execution profile" in result[name]["threw"]["message"], name
         return

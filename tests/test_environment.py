@@ -79,16 +79,16 @@ def test_task(client: TestClient, path: Path) -> None:
         assert checked["stdout"].splitlines()[-1:] == ["OK"], checked["stderr"] or checked["stdout"]
 
 
-def test_the_readme_lists_what_the_locks_hold() -> None:
+def test_the_libraries_page_lists_what_the_locks_hold() -> None:
     spec = importlib.util.spec_from_file_location("readme_env", ROOT / "deps/readme_env.py")
     assert spec is not None and spec.loader is not None
     readme_env = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(readme_env)
-    readme = (ROOT / "README.md").read_text()
-    assert readme_env.python_paragraph() in readme, "run `make readme-env`"
-    assert readme_env.node_paragraph() in readme, "run `make readme-env`"
+    page = (ROOT / "docs/libraries.md").read_text()
+    assert readme_env.python_paragraph() in page, "run `make readme-env`"
+    assert readme_env.node_paragraph() in page, "run `make readme-env`"
     # Debian's versions are the machine's that wrote the list: the names must all be there.
-    debian = next(line for line in readme.splitlines() if line.startswith("**Debian**"))
+    debian = next(line for line in page.splitlines() if line.startswith("**Debian**"))
     assert [name for name in readme_env.debian_packages() if f" {name} " not in debian] == []
 
 

@@ -1,7 +1,7 @@
 """Settings, read once from the environment (pydantic-settings does the parsing).
 
 Every limit a user can hit has a default here and an environment variable of the same
-name in upper case; the README lists them.
+name in upper case; docs/isolation.md lists them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Settings(BaseSettings):
     # Comma lists. `key`: X-API-Key (a bearer beside it names the tenant). `jwt`: a valid
     # bearer token alone authenticates. A mode with nothing configured serves nothing.
     code_exec_auth_modes: Annotated[frozenset[Literal["key", "jwt"]], NoDecode] = frozenset({"key"})
-    # Bearer tokens (README: "Tenant tokens (OIDC)"): verified when a key set is configured.
+    # Bearer tokens (docs/api.md "Tenant tokens (OIDC)"): verified when a key set is configured.
     code_exec_jwt_jwks_url: str | None = None  # https:// or file:// (http:// only on loopback)
     code_exec_jwt_issuer: str | None = None
     code_exec_jwt_audience: str | None = None
@@ -49,10 +49,10 @@ class Settings(BaseSettings):
     agentcore_code_interpreter_id: str = "aws.codeinterpreter.v1"
     agentcore_endpoint_url: str | None = None  # another endpoint, such as a local fake
     # runner backend: a `python -m codeexec.runner` to lease sandboxes from. RUNNER_KEY is
-    # the key the runner demands and the backend sends (README: "The runner").
+    # the key the runner demands and the backend sends (docs/backends.md "The runner").
     runner_url: str | None = None
     runner_key: SecretStr | None = None
-    # microvm backend (README: "The MicroVM backend"): the image VMs run, the connector that
+    # microvm backend (docs/backends.md "MicroVMs"): the image VMs run, the connector that
     # closes their egress, and another control-plane endpoint, such as the tests' fake.
     microvm_image: str | None = None
     microvm_egress_connector: str | None = None
@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     exec_keepalive_seconds: float = 15.0
     # Files listed in one exec reply; the rest stay in the session and in its listing.
     max_files_per_run: int = 100
-    # A private S3 bucket through which downloads of large files go (README "Large files"):
+    # A private S3 bucket through which downloads of large files go (docs/aws.md "Large files"):
     # a download of at least `large_files_from_bytes` is answered with a redirect to it.
     # Unset, every download is answered directly. The S3 endpoint comes from the AWS
     # SDK's own settings (AWS_ENDPOINT_URL_S3 for a local one).
@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     # The most a request can carry to this deployment, where something in front caps it
     # (the SAM template: API Gateway's and Lambda's 6 MB). Only said in an upload's 413.
     gateway_request_bytes: int | None = None
-    # local backend limits (README: "Isolation and limits").
+    # local backend limits (docs/isolation.md).
     run_cpu_seconds: int = 30  # CPU time of each process of a run
     # A whole run's memory (a cgroup), or each process's address space where the host has
     # no memory cgroup. Also the size of each of the run's RAM disks, /tmp and /dev/shm.

@@ -1,4 +1,5 @@
-"""The requests of CONTRACT.md, as the real clients send them: measured, not designed here.
+"""The requests of the LibreChat Code Interpreter API (docs/api.md), as the real clients
+send them: measured, not designed here.
 
 What the service answers is built in one place, `codeexec.api.replies`."""
 

@@ -12,10 +12,10 @@ First come, first served holds only within a share, so that no caller can take t
   calls one user sends (without a queue, or a run stopped for it, only a free slot serves
   a newcomer at once);
 - a session at most SESSION_CALLS calls in flight: one runs, the others wait their turn;
-- a run takes its slot only once it holds its session (`run_slot`, entered by sessions.py
-  inside the session's exclusive hold): a call waiting for a session that another call
-  holds waits in a thread, holding no slot, and counts in its user's share, so those
-  waiting are bounded too.
+- a run takes its slot only once it holds its session (`run_slot`, which `Sessions` hands
+  the backend to enter inside the session's exclusive hold): a call waiting for a session
+  that another call holds waits in a thread, holding no slot, and counts in its user's
+  share, so those waiting are bounded too.
 Runs go to threads of their own, so however many there are, downloads, listings and
 /health (which needs no thread at all) always find one.
 """

@@ -1,4 +1,4 @@
-"""What the service answers, in the shapes LibreChat's clients read (CONTRACT.md), built
+"""What the service answers, in the shapes LibreChat's clients read (docs/api.md), built
 from the domain's reports: a change to a reply touches this module alone.
 
 Both generations are answered at once where they differ in spelling (`session_id` and

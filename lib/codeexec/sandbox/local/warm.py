@@ -31,7 +31,7 @@ Refills run at low priority (nice) while half the pool is ready; a run gets its 
 priority at its hand-over.
 The reply is built from the run's exit and output; reaping it and removing its cgroup
 happen after, in a thread of their own. A server is replaced after _SERVER_RUNS runs or
-_SERVER_SECONDS: its forks share its address-space layout (README "Warm sandboxes").
+_SERVER_SECONDS: its forks share its address-space layout (docs/isolation.md "Warm sandboxes").
 """
 
 from __future__ import annotations

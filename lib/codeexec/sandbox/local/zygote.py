@@ -21,7 +21,7 @@ import sys
 import threading
 import traceback
 
-# Chosen by measurement (README "Libraries and tools"): what most programs import. scipy.stats,
+# Chosen by measurement (docs/libraries.md): what most programs import. scipy.stats,
 # seaborn, sklearn and statsmodels would save 0.5 to 0.8 s for the few programs that use them,
 # and cost every fork server 60 to 100 MB more, and every run's page tables; they import on demand.
 PRELOADED = ("numpy", "pandas", "matplotlib.pyplot", "openpyxl")  # pyplot loads the font cache
