@@ -27,11 +27,16 @@ from .test_tokens import Issuer
 ROOT = Path(__file__).parent.parent
 IMAGE = "codeexec/runner:test"
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("dockerd") and shutil.which("debootstrap") and shutil.which("docker-compose"))
-    or os.geteuid() != 0,
-    reason="needs root, dockerd, debootstrap and docker-compose: `make sam-local-deps` installs them",
-)
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (shutil.which("dockerd") and shutil.which("debootstrap") and shutil.which("docker-compose"))
+        or os.geteuid() != 0,
+        reason="needs root, dockerd, debootstrap and docker-compose: `make sam-local-deps` installs them",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
