@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from .docker_engine import docker_engine
+from .helpers.contract import G2_CLIENTS, drive_g2_client
+from .helpers.g2 import KID
+from .helpers.tokens import Issuer
 from .serving import free_port
-from .test_contract_g2 import CLIENTS, KID, drive_client
-from .test_tokens import Issuer
 
 ROOT = Path(__file__).parent.parent
 IMAGE = "codeexec/runner:test"
@@ -210,8 +211,8 @@ def service(engine: str, issuer: Issuer, sandbox_root: Path) -> Iterator[Deploym
 
 
 def test_the_g2_client_runs_through_the_compose_set_up(service: Deployment, issuer: Issuer) -> None:
-    assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
-    result = drive_client(service.base, issuer)
+    assert (G2_CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
+    result = drive_g2_client(service.base, issuer)
     assert result["client"]["version"].startswith("3.9.")
     first = result["first"]
     assert first["threw"] is False, first["error"]

@@ -3,10 +3,7 @@ alone) against the service on loopback, and the G1 client against the same deplo
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -21,14 +18,9 @@ from codeexec.settings import Settings
 
 from .calls import file_id
 from .conftest import API_KEY
-from .test_contract_g1 import assert_languages
-from .test_contract_g1 import drive_client as drive_g1_client
-from .test_tokens import Issuer
-
-CLIENTS = Path(__file__).parent / "contract_g2"
-KID = "lc-codeapi-2026-05"
-TENANT = "tenant-g2"
-USER = "64f0c0ffee0000000000abcd"
+from .helpers.contract import assert_languages, drive_g1_client, drive_g2_client
+from .helpers.g2 import KID
+from .helpers.tokens import Issuer
 
 
 @pytest.fixture
@@ -54,24 +46,8 @@ def app(request: pytest.FixtureRequest, settings: Settings, issuer: Issuer) -> F
     return create_app(settings.model_copy(update=both))
 
 
-def drive_client(base_url: str, issuer: Issuer, script: str = "g2_client.mjs") -> dict:
-    assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
-    env = {
-        "PATH": os.environ["PATH"],
-        "LIBRECHAT_CODE_BASEURL": base_url,
-        "G2_PRIVATE_KEY_PEM": issuer.private_pem(KID),
-        "G2_KID": KID,
-        "G2_ALG": "EdDSA",
-        "G2_TENANT": TENANT,
-        "G2_USER_ID": USER,
-    }
-    done = subprocess.run(["node", str(CLIENTS / script)], env=env, capture_output=True, text=True, timeout=150)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 def test_g2_client_runs_writes_downloads_and_reads_back(live_server: str, issuer: Issuer) -> None:
-    result = drive_client(live_server, issuer)
+    result = drive_g2_client(live_server, issuer)
     assert result["client"]["version"].startswith("3.9.")
     token, file_token = result["tokens"]["stdout"], result["tokens"]["file"]
 
@@ -110,7 +86,7 @@ def test_g2_client_runs_writes_downloads_and_reads_back(live_server: str, issuer
 
 
 def test_a_g1_client_and_a_g2_client_share_one_deployment(live_server: str, issuer: Issuer) -> None:
-    g2 = drive_client(live_server, issuer)
+    g2 = drive_g2_client(live_server, issuer)
     g1 = drive_g1_client(live_server, API_KEY)
     assert g1["second"]["content"] == f"stdout:\n{g1['tokens']['file']}"
     assert g2["second"]["content"] == f"stdout:\n{g2['tokens']['file']}"
@@ -126,7 +102,7 @@ AWKWARD = ["Q3 #1.csv", "what?.txt", "100% done.txt", "résumé final.txt"]
 
 
 def test_skills_two_users_and_awkward_names_as_librechat_meets_them(live_server: str, issuer: Issuer) -> None:
-    result = drive_client(live_server, issuer, "files_client.mjs")
+    result = drive_g2_client(live_server, issuer, "files_client.mjs")
     assert result["client"]["version"].startswith("3.9.")
 
     # The skill bundle keeps its nested paths: the reply echoes each, two READMEs included.
@@ -186,7 +162,7 @@ def test_skills_two_users_and_awkward_names_as_librechat_meets_them(live_server:
 def test_programmatic_tools_and_the_stateful_profile_through_the_real_tools(
     live_server: str, issuer: Issuer, request: pytest.FixtureRequest
 ) -> None:
-    result = drive_client(live_server, issuer, "ptc_client.mjs")
+    result = drive_g2_client(live_server, issuer, "ptc_client.mjs")
     assert result["client"]["version"] == "3.9.2"
 
     # The package ran each tool the program called; results came back as Python values.

@@ -25,7 +25,7 @@ from codeexec.settings import Settings
 
 from .calls import names, run, upload
 from .conftest import API_KEY
-from .test_languages import png_size
+from .helpers.images import png_size
 
 ROOT = Path(__file__).parent.parent
 TASKS = sorted((Path(__file__).parent / "tasks").glob("*.toml"))

@@ -5,7 +5,6 @@ launches past the rate limit."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -34,23 +33,14 @@ from codeexec.settings import Settings
 
 from .calls import file_id, names, run, upload
 from .conftest import API_KEY
-from .fakes.microvms import FakeMicrovms, running_fake
+from .fakes.microvms import FakeMicrovms
+from .helpers.microvms import trusted_fake
+from .helpers.programs import ARG, HELLO, TOKEN
 from .serving import free_port
-from .test_languages import ARG, HELLO, TOKEN
 
 IMAGE = "arn:aws:lambda:us-east-1:123456789012:microvm-image:codeexec-runner"
 EGRESS = "arn:aws:lambda:us-east-1:123456789012:network-connector:codeexec-no-egress"
 RUNNER_KEY = "microvm-runner-key-0123"
-
-
-@contextlib.contextmanager
-def trusted_fake(settings: Settings, monkeypatch: pytest.MonkeyPatch, **options: Any) -> Iterator[FakeMicrovms]:
-    """The fake, its endpoints' certificate authority trusted by every HTTPS client here."""
-    root = Path(settings.sandbox_root) / "vms"  # reachable by the sandbox uid, unlike tmp_path
-    with running_fake(root, settings, **options) as fake:
-        fake.ca.cert_pem.write_to_path(str(root.parent / "ca.pem"))
-        monkeypatch.setenv("SSL_CERT_FILE", str(root.parent / "ca.pem"))
-        yield fake
 
 
 @pytest.fixture

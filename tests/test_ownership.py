@@ -16,8 +16,8 @@ from codeexec.settings import Settings
 
 from .calls import file_id, names, run, upload
 from .conftest import API_KEY
-from .test_g2 import g2_settings, librechat_token
-from .test_tokens import Issuer
+from .helpers.g2 import g2_settings, librechat_token
+from .helpers.tokens import Issuer
 
 ALICE, BOB = "64f0c0ffee00000000000a11", "64f0c0ffee00000000000b0b"
 

@@ -20,8 +20,8 @@ from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
 from .calls import names
-from .test_g2 import g2_settings, librechat_token
-from .test_tokens import Issuer
+from .helpers.g2 import g2_settings, librechat_token
+from .helpers.tokens import Issuer
 
 ALICE, BOB = "64f0c0ffee00000000000a11", "64f0c0ffee00000000000b0b"
 WEATHER = {
