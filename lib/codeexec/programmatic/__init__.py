@@ -79,7 +79,7 @@ class Programs:
         """The first round: its session, inputs, code and tools."""
         lang = "bash" if request.bash else "py"
         for needed in ("py", lang):  # the driver is Python, whatever the program's language
-            self.sessions.check_language(needed)
+            self.sessions.sandboxes.check_language(needed)
         if not request.code:
             raise BadRequest("a first round needs the program's code (or a continuation_token)")
         workflow = Workflow(ids.new_session_id(), lang, request.code, tools_from(request.tools, lang))

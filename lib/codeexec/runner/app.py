@@ -15,7 +15,6 @@ constant time; with no key configured every such request is a 401.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import json
 from collections.abc import Callable, Iterator
@@ -30,9 +29,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..answers import error_handlers, error_response
-from ..errors import BadRequest, SessionNotFound, Unauthorized
+from ..errors import BadRequest, Unauthorized
 from ..sandbox.local import LocalSandboxes
-from ..sandbox.port import Carried, Input, Lease, Opened
+from ..sandbox.port import Carried, Input, Opened
 from ..sandbox.runner import protocol
 from ..streams import request_body
 
@@ -126,20 +125,8 @@ async def _leases(request: Request) -> Response:
 
 async def _lease(request: Request) -> Response:
     """The lease as it is, untouched: what a reaper on the other side looks at."""
-    seen: list[Lease] = []
-
-    def look(lease: Lease) -> bool:  # refuses, so the look touches nothing
-        seen.append(lease)
-        return False
-
-    def peek() -> None:
-        with contextlib.suppress(SessionNotFound), _sandboxes(request).open(request.path_params["sid"], look):
-            pass
-
-    await run_in_threadpool(peek)
-    if not seen:
-        raise SessionNotFound()
-    return JSONResponse(protocol.lease_json(seen[0]))
+    lease = await run_in_threadpool(_sandboxes(request).lease, request.path_params["sid"])
+    return JSONResponse(protocol.lease_json(lease))
 
 
 async def _end(request: Request) -> Response:

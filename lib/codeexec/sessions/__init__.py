@@ -20,7 +20,7 @@ from typing import BinaryIO
 
 from .. import ids
 from ..auth import Caller
-from ..errors import BadRequest, UnsupportedLanguage
+from ..errors import BadRequest
 from ..large_files import LargeFiles
 from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, Sandboxes, SendTo, Slot
 from ..wire import ExecRequest, RunRequest
@@ -132,7 +132,7 @@ class Sessions:
     ) -> Report:
         """Place the session, bring the inputs in, run the program, report what it changed."""
         program = Program(request.lang, request.code, tuple(request.args), self.limits.run_timeout_seconds, run_key)
-        self.check_language(program.lang)
+        self.sandboxes.check_language(program.lang)
         where = placement.for_run(caller, request, stateful, self.sandboxes.named_sessions)
         ran = self.run(Run(program, where, inputs.of(request.files)))
         return self.report(ran, request, where)
@@ -151,11 +151,6 @@ class Sessions:
             limits.max_files_per_run, request.lists_inherited,
         )  # fmt: skip
         return replace(found, runtime_status=placement.runtime_status(where, ran.created))
-
-    def check_language(self, lang: str) -> None:
-        if lang not in self.sandboxes.languages:
-            available = ", ".join(sorted(self.sandboxes.languages))
-            raise UnsupportedLanguage(f"lang '{lang}' is not available here; available: {available}")
 
     def cancel(self, caller: Caller, request_id: str) -> None:
         """Stop the run a client's request runs (its X-LibreChat-Code-Request-ID)."""

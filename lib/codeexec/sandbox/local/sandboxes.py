@@ -42,8 +42,9 @@ from typing import BinaryIO
 from ... import ids
 from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound
 from ...languages import LANGUAGES
-from ..port import FileInfo, Lease, OwnerTag, Program, RunResult, Sandboxes
+from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
 from . import bwrap, cgroups, files, warm
+from .engine import ComposedSandboxes
 from .limits import Limits
 from .storage import Storage, over_limit
 from .toolchains import TOOLCHAINS
@@ -189,7 +190,7 @@ def _lock_within(fd: int, seconds: float) -> None:
             pause = min(pause * 2, 0.1)
 
 
-class LocalSandboxes(Sandboxes):
+class LocalSandboxes(ComposedSandboxes):
     def __init__(self, config: LocalConfig) -> None:
         if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
             raise RuntimeError(
@@ -280,6 +281,12 @@ class LocalSandboxes(Sandboxes):
                 os.utime(lock)  # ...and when it ends
         finally:
             os.close(lock)
+
+    def lease(self, session_id: str) -> Lease:
+        lease = self._lease_of(session_id, self.root / session_id) if ids.is_session_id(session_id) else None
+        if lease is None:
+            raise SessionNotFound()
+        return lease
 
     def end(self, session_id: str) -> None:
         self._end(session_id, fcntl.LOCK_EX, lambda lease: True)

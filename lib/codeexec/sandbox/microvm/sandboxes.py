@@ -206,15 +206,23 @@ class MicrovmSandboxes(Sandboxes):
         """Never calls the VM: a VM that AWS suspended has had no traffic for the idle
         limit, so no call is using it; one past its TTL is ended by AWS at that moment anyway."""
         try:
-            vm_id = vm_ids.vm_of(session_id)
-            vm = self.api.get(vm_id)
-        except (vm_ids.Unmappable, SessionNotFound):
+            lease = self.lease(session_id)
+        except SessionNotFound:
             return False
-        lease = self._lease(vm)
-        if lease is None or not still_due(lease):
+        if not still_due(lease):
             return False
-        self.api.terminate(vm_id)
+        self.api.terminate(vm_ids.vm_of(session_id))
         return True
+
+    def lease(self, session_id: str) -> Lease:
+        """From the control plane alone (`GetMicrovm`): a call to the VM would wake it."""
+        try:
+            lease = self._lease(self.api.get(vm_ids.vm_of(session_id)))
+        except vm_ids.Unmappable:
+            lease = None
+        if lease is None:
+            raise SessionNotFound()
+        return lease
 
     def leases(self) -> Iterator[Lease]:
         for item in self.api.microvms(self.config.image):
