@@ -86,8 +86,8 @@ runner: install
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
 # the environment's disk, install and import costs, one reaper pass over 10,000 leases, the
 # service under more than it takes on, one user beside another that keeps every run it may
-# going (fairness_bench.py), and the round trips a call makes to a runner 25 ms away (a
-# delaying proxy on loopback). It also
+# going (fairness_bench.py), the round trips a call makes to a runner 25 ms away (a
+# delaying proxy on loopback), and a fleet of three runners against one (fleet_bench.py). It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
 # PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
@@ -103,6 +103,7 @@ bench: install
 	$(BIN)/python bench/load_bench.py
 	$(BIN)/python bench/fairness_bench.py
 	$(BIN)/python bench/round_trips_bench.py
+	$(BIN)/python bench/fleet_bench.py
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check handlers lib tests bench sam-local
