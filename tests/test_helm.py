@@ -1,0 +1,306 @@
+"""The Helm chart (deploy/helm/codeexec), checked without a cluster: `helm lint`, `helm
+template` over every values file of its ci/ directory, every rendered object validated
+strictly against several Kubernetes minors (kubernetes-validate), and what the objects
+must say to each other (the runner count, the runners' addresses, the policies, the keys).
+
+helm comes from `make helm-tools` (.tools/bin), which `make test` reaches.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "deploy" / "helm" / "codeexec"
+HELM = ROOT / ".tools" / "bin" / "helm"
+VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+MINORS = ("1.33.0", "1.34.0", "1.35.0")
+RELEASE, NAMESPACE = "codeexec", "sandbox"
+# What the runner was measured to need (docs/kubernetes.md "Privilege"), and nothing more.
+RUNNER_CAPABILITIES = {"SYS_ADMIN", "SETUID", "SETGID", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"}
+
+Obj = dict[str, Any]
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    if not HELM.exists():
+        pytest.fail(f"{HELM} is missing: `make helm-tools` installs it")
+    return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+@functools.cache
+def render(values: Path, *sets: str) -> tuple[Obj, ...]:
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", str(values)]
+    done = helm(*args, *(arg for s in sets for arg in ("--set", s)))
+    assert done.returncode == 0, done.stderr
+    return tuple(o for o in yaml.safe_load_all(done.stdout) if o)
+
+
+def values_of(values: Path) -> Obj:
+    loaded: Obj = yaml.safe_load(values.read_text())
+    return loaded
+
+
+def one(objects: tuple[Obj, ...], kind: str, component: str | None = None) -> Obj:
+    found = [o for o in objects if o["kind"] == kind and (
+        component is None or o["metadata"]["labels"].get("app.kubernetes.io/component") == component)]
+    assert len(found) == 1, f"{len(found)} {kind} objects ({component})"
+    return found[0]
+
+
+def container(workload: Obj) -> Obj:
+    (only,) = workload["spec"]["template"]["spec"]["containers"]
+    c: Obj = only
+    return c
+
+
+def env(workload: Obj) -> dict[str, Obj]:
+    return {e["name"]: e for e in container(workload)["env"]}
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def pod_labels(workload: Obj) -> dict[str, str]:
+    labels: dict[str, str] = workload["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+ids = [v.name.removesuffix("-values.yaml") for v in VALUES]
+
+
+def test_the_matrix_covers_what_varies() -> None:
+    replicas = {one(render(v), "StatefulSet")["spec"]["replicas"] for v in VALUES}
+    assert {1, 3, 5} <= replicas
+    assert any(values_of(v).get("secrets", {}).get("existingSecret") for v in VALUES)
+    assert any("jwt" in values_of(v).get("auth", {}).get("modes", "") for v in VALUES)
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_lint(values: Path) -> None:
+    done = helm("lint", "--strict", str(CHART), "-f", str(values))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("sets", "says"),
+    [
+        ((), "secrets.apiKey is empty"),
+        (("secrets.apiKey=a", "secrets.runnerKey=b"), "secrets.tokenSecret is empty"),
+        (("secrets.existingSecret=k", "runner.replicass=4"), "replicass"),
+        (("secrets.existingSecret=k", "runner.replicas=0"), "runner/replicas"),
+        (("secrets.existingSecret=k", "auth.modes=jwt"), "give the key set"),
+        (("secrets.existingSecret=k", "auth.modes=jwt", "auth.jwt.jwksUrl=https://i.example/k"), "auth.jwt.issuer"),
+        (("secrets.existingSecret=k", "auth.jwt.jwksUrl=http://i.example/k"), "jwksUrl"),
+        (("secrets.existingSecret=k", "runner.antiAffinity=sometimes"), "antiAffinity"),
+    ],
+)
+def test_bad_values_are_refused_with_a_sentence(sets: tuple[str, ...], says: str) -> None:
+    done = helm("template", RELEASE, str(CHART), *(arg for s in sets for arg in ("--set", s)))
+    assert done.returncode != 0
+    assert says in done.stderr
+
+
+@pytest.mark.parametrize("minor", MINORS)
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_every_object_is_valid_for_the_kubernetes_minor(values: Path, minor: str) -> None:
+    objects = render(values)
+    assert {"Deployment", "StatefulSet", "Service"} <= {o["kind"] for o in objects}
+    for obj in objects:
+        kubernetes_validate.validate(obj, minor, strict=True)
+
+
+def test_strict_validation_catches_an_unknown_field() -> None:
+    """The check above can fail: a misspelt field in a rendered object is refused."""
+    deployment = copy.deepcopy(one(render(VALUES[0]), "Deployment"))
+    container(deployment)["securityContxt"] = {"privileged": False}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, MINORS[0], strict=True)
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+@pytest.mark.parametrize("runners", [None, 2, 7])
+def test_the_service_is_given_the_statefulsets_runner_count(values: Path, runners: int | None) -> None:
+    objects = render(values, *([f"runner.replicas={runners}"] if runners else []))
+    replicas = one(objects, "StatefulSet")["spec"]["replicas"]
+    assert runners is None or replicas == runners
+    assert env(one(objects, "Deployment"))["RUNNER_COUNT"]["value"] == str(replicas)
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_the_url_template_names_each_runner_pod_by_the_headless_service(values: Path) -> None:
+    objects = render(values)
+    runners, service = one(objects, "StatefulSet"), one(objects, "Deployment")
+    headless = one(objects, "Service", "runner")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert runners["spec"]["serviceName"] == headless["metadata"]["name"]
+    assert matches(headless["spec"]["selector"], pod_labels(runners))
+    # A runner that stops answering keeps its name: its sessions answer 503, not a DNS error.
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    domain = values_of(values).get("clusterDomain", "cluster.local")
+    (port,) = headless["spec"]["ports"]
+    (container_port,) = container(runners)["ports"]
+    assert port["targetPort"] == container_port["name"]
+    assert str(container_port["containerPort"]) == env(runners)["RUNNER_PORT"]["value"]
+    assert env(runners)["RUNNER_INDEX"]["value"] == "ordinal"
+
+    template = env(service)["RUNNER_URL_TEMPLATE"]["value"]
+    for i in range(runners["spec"]["replicas"]):
+        url = urlsplit(template.replace("{i}", str(i)))
+        # A StatefulSet's pod i is <name>-i, its DNS name <pod>.<serviceName>.<namespace>.svc.<domain>.
+        pod = f"{runners['metadata']['name']}-{i}"
+        assert url.hostname == f"{pod}.{headless['metadata']['name']}.{NAMESPACE}.svc.{domain}"
+        assert url.port == port["port"] and url.scheme == "http"
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_one_runner_per_node(values: Path) -> None:
+    runners = one(render(values), "StatefulSet")
+    anti = runners["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    if values_of(values).get("runner", {}).get("antiAffinity", "required") == "required":
+        assert set(anti) == {"requiredDuringSchedulingIgnoredDuringExecution"}
+        (term,) = anti["requiredDuringSchedulingIgnoredDuringExecution"]
+    else:
+        (preferred,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+        term = preferred["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert matches(term["labelSelector"]["matchLabels"], pod_labels(runners))
+    assert not matches(term["labelSelector"]["matchLabels"], pod_labels(one(render(values), "Deployment")))
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_no_pod_gets_a_service_account_token(values: Path) -> None:
+    objects = render(values)
+    for workload in (one(objects, "Deployment"), one(objects, "StatefulSet")):
+        assert workload["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    for account in (o for o in objects if o["kind"] == "ServiceAccount"):
+        assert account["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_probes_ask_health_on_the_serving_port(values: Path) -> None:
+    objects = render(values)
+    runners, service = one(objects, "StatefulSet"), one(objects, "Deployment")
+    checked = ((runners, ("startupProbe", "readinessProbe", "livenessProbe")), (service, ("readinessProbe",)))
+    for workload, probes in checked:
+        c = container(workload)
+        port_names = {p["name"] for p in c["ports"]}
+        for probe in probes:
+            assert c[probe]["httpGet"]["path"] == "/health"
+            assert c[probe]["httpGet"]["port"] in port_names
+    assert container(service)["livenessProbe"]["tcpSocket"]["port"] == "http"
+    # Liveness never restarts a runner before its first start (storage, warm sandboxes) is done.
+    startup = container(runners)["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 180
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_runners_are_reached_only_by_the_service_and_reach_nothing(values: Path) -> None:
+    objects = render(values)
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    if values_of(values).get("networkPolicy", {}).get("enabled", True) is False:
+        assert policies == []
+        return
+    runners, service = one(objects, "StatefulSet"), one(objects, "Deployment")
+    runner_policy, service_policy = one(objects, "NetworkPolicy", "runner"), one(objects, "NetworkPolicy", "service")
+
+    assert matches(runner_policy["spec"]["podSelector"]["matchLabels"], pod_labels(runners))
+    assert not matches(runner_policy["spec"]["podSelector"]["matchLabels"], pod_labels(service))
+    assert sorted(runner_policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    assert runner_policy["spec"]["egress"] == []
+    (rule,) = runner_policy["spec"]["ingress"]
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}  # this namespace's pods only
+    assert matches(peer["podSelector"]["matchLabels"], pod_labels(service))
+    assert not matches(peer["podSelector"]["matchLabels"], pod_labels(runners))
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+
+    assert matches(service_policy["spec"]["podSelector"]["matchLabels"], pod_labels(service))
+    to_runners = [r for r in service_policy["spec"]["egress"] if any(
+        matches(p.get("podSelector", {}).get("matchLabels", {"-": "-"}), pod_labels(runners)) for p in r.get("to", []))]
+    assert [p["port"] for r in to_runners for p in r["ports"]] == [container(runners)["ports"][0]["containerPort"]]
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_every_key_comes_from_a_secret_that_exists(values: Path) -> None:
+    objects = render(values)
+    secrets = values_of(values).get("secrets", {})
+    rendered = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
+    refs = [
+        e["valueFrom"]["secretKeyRef"]
+        for w in (one(objects, "Deployment"), one(objects, "StatefulSet"))
+        for e in container(w)["env"] if "secretKeyRef" in e.get("valueFrom", {})
+    ]
+    assert len(refs) == 4  # the service's three, the runner's key
+    if secrets.get("existingSecret"):
+        assert rendered == {}
+        assert {r["name"] for r in refs} == {secrets["existingSecret"]}
+        if "keys" in secrets:
+            assert {r["key"] for r in refs} == set(secrets["keys"].values())
+        return
+    for ref in refs:
+        assert ref["key"] in rendered[ref["name"]]["data"]
+    data = next(iter(rendered.values()))["data"]
+    given = {"CODE_EXEC_API_KEY": "apiKey", "RUNNER_KEY": "runnerKey", "CODE_EXEC_TOKEN_SECRET": "tokenSecret"}
+    for key, value in given.items():
+        assert base64.b64decode(data[key]).decode() == secrets[value]
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_least_privilege(values: Path) -> None:
+    objects = render(values)
+    runner = container(one(objects, "StatefulSet"))["securityContext"]
+    if values_of(values).get("runner", {}).get("privileged"):
+        assert runner["privileged"] is True
+    else:
+        assert "privileged" not in runner
+        assert runner["capabilities"]["drop"] == ["ALL"]
+        assert set(runner["capabilities"]["add"]) == RUNNER_CAPABILITIES
+        assert runner["seccompProfile"] == {"type": "Unconfined"}
+        assert runner["appArmorProfile"] == {"type": "Unconfined"}
+    deployment = one(objects, "Deployment")
+    service = container(deployment)["securityContext"]
+    pod = deployment["spec"]["template"]["spec"]["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert service == {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_the_disruption_budget_covers_the_service_replicas(values: Path) -> None:
+    objects = render(values)
+    budgets = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    if values_of(values).get("service", {}).get("podDisruptionBudget", {}).get("enabled", True) is False:
+        assert budgets == []
+        return
+    (budget,) = budgets
+    deployment = one(objects, "Deployment")
+    assert matches(budget["spec"]["selector"]["matchLabels"], pod_labels(deployment))
+    assert budget["spec"]["maxUnavailable"] < deployment["spec"]["replicas"]
+
+
+def test_an_inline_key_set_is_mounted_where_the_service_reads_it() -> None:
+    (values,) = [v for v in VALUES if v.name == "jwt-values.yaml"]
+    objects = render(values)
+    deployment = one(objects, "Deployment")
+    variables = env(deployment)
+    assert variables["CODE_EXEC_JWT_JWKS_URL"]["value"] == "file:///etc/codeexec/jwks.json"
+    assert variables["CODE_EXEC_AUTH_MODES"]["value"] == "key,jwt"
+    (mount,) = [m for m in container(deployment)["volumeMounts"] if m["mountPath"] == "/etc/codeexec"]
+    (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    configmap = one(objects, "ConfigMap")
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    assert json.loads(configmap["data"]["jwks.json"]) == json.loads(values_of(values)["auth"]["jwt"]["jwks"])
