@@ -304,3 +304,22 @@ def test_an_inline_key_set_is_mounted_where_the_service_reads_it() -> None:
     configmap = one(objects, "ConfigMap")
     assert volume["configMap"]["name"] == configmap["metadata"]["name"]
     assert json.loads(configmap["data"]["jwks.json"]) == json.loads(values_of(values)["auth"]["jwt"]["jwks"])
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_each_runner_keeps_its_sessions_on_a_volume_of_its_own(values: Path) -> None:
+    runners = one(render(values), "StatefulSet")
+    (mount,) = container(runners)["volumeMounts"]
+    assert env(runners)["SANDBOX_ROOT"]["value"].startswith(mount["mountPath"] + "/")
+    host_path = values_of(values).get("runner", {}).get("storage", {}).get("hostPath")
+    if not host_path:
+        (claim,) = runners["spec"]["volumeClaimTemplates"]
+        assert claim["metadata"]["name"] == mount["name"] and "subPathExpr" not in mount
+        assert runners["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
+        return
+    # The node's directory, one subdirectory per runner pod: two runners never share one.
+    assert "volumeClaimTemplates" not in runners["spec"]
+    (volume,) = runners["spec"]["template"]["spec"]["volumes"]
+    assert volume == {"name": mount["name"], "hostPath": {"path": host_path, "type": "Directory"}}
+    assert mount["subPathExpr"] == "$(POD_NAME)"
+    assert env(runners)["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
