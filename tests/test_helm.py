@@ -21,6 +21,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from codeexec.settings import Settings
+
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "codeexec"
 HELM = ROOT / ".tools" / "bin" / "helm"
@@ -101,6 +103,7 @@ def test_lint(values: Path) -> None:
         (("secrets.apiKey=a", "secrets.runnerKey=b"), "secrets.tokenSecret is empty"),
         (("secrets.existingSecret=k", "runner.replicass=4"), "replicass"),
         (("secrets.existingSecret=k", "runner.replicas=0"), "runner/replicas"),
+        (("secrets.existingSecret=k", "runner.replicas=65"), "runner/replicas"),
         (("secrets.existingSecret=k", "auth.modes=jwt"), "give the key set"),
         (("secrets.existingSecret=k", "auth.modes=jwt", "auth.jwt.jwksUrl=https://i.example/k"), "auth.jwt.issuer"),
         (("secrets.existingSecret=k", "auth.jwt.jwksUrl=http://i.example/k"), "jwksUrl"),
@@ -163,6 +166,35 @@ def test_the_url_template_names_each_runner_pod_by_the_headless_service(values: 
         pod = f"{runners['metadata']['name']}-{i}"
         assert url.hostname == f"{pod}.{headless['metadata']['name']}.{NAMESPACE}.svc.{domain}"
         assert url.port == port["port"] and url.scheme == "http"
+
+
+def settings_of(workload: Obj, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The project's own settings, read from the environment a rendered container gets
+    (each key from a Secret stands in as a made-up value)."""
+    for name in ("RUNNER_URL", "RUNNER_URLS", "RUNNER_URL_TEMPLATE", "RUNNER_COUNT", "RUNNER_INDEX"):
+        monkeypatch.delenv(name, raising=False)
+    for variable in env(workload).values():
+        monkeypatch.setenv(variable["name"], variable.get("value", f"made-up-{variable['name'].lower()}"))
+    return Settings()
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_the_services_settings_name_every_runner_pod(values: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = render(values)
+    runners, headless = one(objects, "StatefulSet"), one(objects, "Service", "runner")
+    settings = settings_of(one(objects, "Deployment"), monkeypatch)
+    assert settings.sandbox_backend == "runner"
+    hosts = [urlsplit(url).hostname or "" for url in settings.fleet_urls()]
+    assert len(hosts) == runners["spec"]["replicas"]
+    for i, host in enumerate(hosts):
+        assert host.split(".")[:2] == [f"{runners['metadata']['name']}-{i}", headless["metadata"]["name"]]
+
+
+@pytest.mark.parametrize("ordinal", [0, 4])
+def test_a_runner_pod_takes_its_ordinal_as_its_index(ordinal: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    runners = one(render(VALUES[0]), "StatefulSet")
+    monkeypatch.setattr("socket.gethostname", lambda: f"{runners['metadata']['name']}-{ordinal}")
+    assert settings_of(runners, monkeypatch).fleet_index() == ordinal
 
 
 @pytest.mark.parametrize("values", VALUES, ids=ids)
