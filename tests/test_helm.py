@@ -312,16 +312,20 @@ def test_least_privilege(values: Path) -> None:
 
 
 @pytest.mark.parametrize("values", VALUES, ids=ids)
-def test_the_disruption_budget_covers_the_service_replicas(values: Path) -> None:
+@pytest.mark.parametrize(("component", "kind"), [("service", "Deployment"), ("runner", "StatefulSet")])
+def test_a_drain_leaves_most_of_each_workload(values: Path, component: str, kind: str) -> None:
     objects = render(values)
-    budgets = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
-    if values_of(values).get("service", {}).get("podDisruptionBudget", {}).get("enabled", True) is False:
+    budgets = [o for o in objects if o["kind"] == "PodDisruptionBudget"
+               and o["metadata"]["labels"]["app.kubernetes.io/component"] == component]
+    if values_of(values).get(component, {}).get("podDisruptionBudget", {}).get("enabled", True) is False:
         assert budgets == []
         return
     (budget,) = budgets
-    deployment = one(objects, "Deployment")
-    assert matches(budget["spec"]["selector"]["matchLabels"], pod_labels(deployment))
-    assert budget["spec"]["maxUnavailable"] < deployment["spec"]["replicas"]
+    workload = one(objects, kind)
+    assert matches(budget["spec"]["selector"]["matchLabels"], pod_labels(workload))
+    others = [w for w in (one(objects, "Deployment"), one(objects, "StatefulSet")) if w is not workload]
+    assert not any(matches(budget["spec"]["selector"]["matchLabels"], pod_labels(w)) for w in others)
+    assert budget["spec"]["maxUnavailable"] == 1
 
 
 def test_an_inline_key_set_is_mounted_where_the_service_reads_it() -> None:
