@@ -359,3 +359,16 @@ def test_each_runner_keeps_its_sessions_on_a_volume_of_its_own(values: Path) -> 
     assert volume == {"name": mount["name"], "hostPath": {"path": host_path, "type": "Directory"}}
     assert mount["subPathExpr"] == "$(POD_NAME)"
     assert env(runners)["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_the_notes_point_librechat_at_the_service(values: Path) -> None:
+    done = helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client", "-f", str(values))
+    assert done.returncode == 0, done.stderr
+    notes = done.stdout.split("\nNOTES:\n", 1)[1]
+    (line,) = [line for line in notes.splitlines() if "LIBRECHAT_CODE_BASEURL:" in line]
+    url = urlsplit(line.split(":", 1)[1].strip())
+    service = one(render(values), "Service", "service")
+    domain = values_of(values).get("clusterDomain", "cluster.local")
+    assert url.hostname == f"{service['metadata']['name']}.{NAMESPACE}.svc.{domain}"
+    assert (url.port, url.path) == (service["spec"]["ports"][0]["port"], "/v1")
