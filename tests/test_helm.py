@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "codeexec"
 HELM = ROOT / ".tools" / "bin" / "helm"
 VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-MINORS = ("1.33.0", "1.34.0", "1.35.0")
+# 1.30: the chart's floor (Chart.yaml kubeVersion, the AppArmor field); then the newest three.
+MINORS = ("1.30.0", "1.33.0", "1.34.0", "1.35.0")
 RELEASE, NAMESPACE = "codeexec", "sandbox"
 # What the runner was measured to need (docs/kubernetes.md "Privilege"), and nothing more.
 RUNNER_CAPABILITIES = {"SYS_ADMIN", "SETUID", "SETGID", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"}
