@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "codeexec"
 HELM = ROOT / ".tools" / "bin" / "helm"
 VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-# 1.30: the chart's floor (Chart.yaml kubeVersion, the AppArmor field); then the newest three.
+# 1.30: the chart's floor (Chart.yaml kubeVersion, the AppArmor field); 1.35: kubectl's own.
 MINORS = ("1.30.0", "1.33.0", "1.34.0", "1.35.0")
 RELEASE, NAMESPACE = "codeexec", "sandbox"
 # What the runner was measured to need (docs/kubernetes.md "Privilege"), and nothing more.
