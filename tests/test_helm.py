@@ -373,3 +373,17 @@ def test_the_notes_point_librechat_at_the_service(values: Path) -> None:
     domain = values_of(values).get("clusterDomain", "cluster.local")
     assert url.hostname == f"{service['metadata']['name']}.{NAMESPACE}.svc.{domain}"
     assert (url.port, url.path) == (service["spec"]["ports"][0]["port"], "/v1")
+
+
+@pytest.mark.parametrize("values", VALUES, ids=ids)
+def test_shared_settings_reach_both_workloads_and_their_own_only_theirs(values: Path) -> None:
+    objects = render(values)
+    given = values_of(values)
+    for kind, component in (("Deployment", "service"), ("StatefulSet", "runner")):
+        variables = env(one(objects, kind))
+        expected = given.get("extraEnv", []) + given.get(component, {}).get("extraEnv", [])
+        assert [variables[e["name"]] for e in expected] == expected
+    service, runners = env(one(objects, "Deployment")), env(one(objects, "StatefulSet"))
+    assert not {e["name"] for e in given.get("runner", {}).get("extraEnv", [])} & set(service)
+    # Nothing but the runner key of the secrets reaches a runner, where programs run.
+    assert {"CODE_EXEC_API_KEY", "CODE_EXEC_TOKEN_SECRET"}.isdisjoint(runners)
