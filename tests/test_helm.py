@@ -387,3 +387,25 @@ def test_shared_settings_reach_both_workloads_and_their_own_only_theirs(values: 
     assert not {e["name"] for e in given.get("runner", {}).get("extraEnv", [])} & set(service)
     # Nothing but the runner key of the secrets reaches a runner, where programs run.
     assert {"CODE_EXEC_API_KEY", "CODE_EXEC_TOKEN_SECRET"}.isdisjoint(runners)
+
+
+def test_what_the_api_server_checks_beyond_the_schemas() -> None:
+    """Rules the API server enforces that no schema states, for a release with a long name."""
+    release = "a-release-named-as-long-as-helm-allows-fifty-three-ch"  # 53
+    for values in VALUES:
+        done = helm("template", release, str(CHART), "--namespace", NAMESPACE, "-f", str(values))
+        assert done.returncode == 0, done.stderr
+        objects = [o for o in yaml.safe_load_all(done.stdout) if o]
+        for obj in objects:
+            assert len(obj["metadata"]["name"]) <= 63
+        runners = one(tuple(objects), "StatefulSet")
+        # Its pods' controller-revision-hash label is <name>-<10 characters>, at most 63.
+        assert len(runners["metadata"]["name"]) <= 52
+        for workload in (runners, one(tuple(objects), "Deployment")):
+            assert matches(workload["spec"]["selector"]["matchLabels"], pod_labels(workload))
+        runner = container(runners)["securityContext"]
+        # allowPrivilegeEscalation: false is refused beside CAP_SYS_ADMIN or privileged.
+        if "SYS_ADMIN" in runner.get("capabilities", {}).get("add", []) or runner.get("privileged"):
+            assert runner.get("allowPrivilegeEscalation", True) is True
+        url = urlsplit(env(one(tuple(objects), "Deployment"))["RUNNER_URL_TEMPLATE"]["value"].replace("{i}", "63"))
+        assert all(0 < len(label) <= 63 for label in (url.hostname or "").split("."))

@@ -1,22 +1,23 @@
-{{/* Names: <release> (or <release>-codeexec) for the service, <that>-runner for the runners. */}}
+{{/* Names: <release> (or <release>-codeexec) for the service, <that>-runner for the runners.
+45 characters at most, so that the runners' StatefulSet name stays within the 52 its pods'
+controller-revision-hash label allows (63, less a dash and a 10-character hash). */}}
 {{- define "codeexec.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{- define "codeexec.fullname" -}}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 56 | trimSuffix "-" }}
+{{- .Values.fullnameOverride | trunc 45 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 56 | trimSuffix "-" }}
+{{- .Release.Name | trunc 45 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 56 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc 45 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 {{- end }}
 
-{{/* 56 + "-runner" stays within a Service name's 63 characters. */}}
 {{- define "codeexec.runnerName" -}}
 {{- printf "%s-runner" (include "codeexec.fullname" .) }}
 {{- end }}
