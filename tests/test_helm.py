@@ -409,3 +409,17 @@ def test_what_the_api_server_checks_beyond_the_schemas() -> None:
             assert runner.get("allowPrivilegeEscalation", True) is True
         url = urlsplit(env(one(tuple(objects), "Deployment"))["RUNNER_URL_TEMPLATE"]["value"].replace("{i}", "63"))
         assert all(0 < len(label) <= 63 for label in (url.hostname or "").split("."))
+
+
+def test_a_new_key_restarts_only_the_pods_that_use_it() -> None:
+    (values,) = [v for v in VALUES if v.name == "default-values.yaml"]
+
+    def templates(*sets: str) -> tuple[Obj, Obj]:
+        objects = render(values, *sets)
+        return one(objects, "Deployment")["spec"]["template"], one(objects, "StatefulSet")["spec"]["template"]
+
+    service, runners = templates()
+    for key, both in (("apiKey", False), ("tokenSecret", False), ("runnerKey", True)):
+        new_service, new_runners = templates(f"secrets.{key}=another-value-0123456789")
+        assert new_service != service  # every key reaches the service
+        assert (new_runners != runners) is both  # the runners hold the runner key alone
