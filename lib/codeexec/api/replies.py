@@ -46,6 +46,8 @@ class ExecReply(BaseModel):
     # "OL": stdout was cut at its limit. LibreChat's own file tools read images over /exec
     # in windows and say so on it; a cut window without it is base64 that does not parse.
     status: Literal["OL"] | None = None
+    # The language as the client sent it (`python`, `node`, `sh`: the reference's aliases).
+    language: str | None = None
 
 
 class ToolCall(BaseModel):
@@ -100,8 +102,9 @@ class BatchUploadReply(BaseModel):
 # -- runs ----------------------------------------------------------------------------------
 
 
-def exec_reply(report: Report) -> ExecReply:
+def exec_reply(report: Report, language: str | None = None) -> ExecReply:
     return ExecReply(
+        language=language,
         session_id=report.session_id,
         stdout=report.stdout,
         stderr=report.stderr,

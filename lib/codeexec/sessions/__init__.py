@@ -21,6 +21,7 @@ from typing import BinaryIO
 from .. import ids
 from ..auth import Caller
 from ..errors import BadRequest, UnsupportedLanguage
+from ..languages import canonical
 from ..large_files import LargeFiles
 from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, Sandboxes, SendTo, Slot
 from ..wire import ExecRequest, RunRequest
@@ -131,8 +132,9 @@ class Sessions:
         self, caller: Caller, request: ExecRequest, stateful: bool = False, run_key: str | None = None
     ) -> Report:
         """Place the session, bring the inputs in, run the program, report what it changed."""
-        program = Program(request.lang, request.code, tuple(request.args), self.limits.run_timeout_seconds, run_key)
-        self.check_language(program.lang)
+        lang = canonical(request.lang)
+        program = Program(lang, request.code, tuple(request.args), self.limits.run_timeout_seconds, run_key)
+        self.check_language(request.lang)
         where = placement.for_run(caller, request, stateful, self.sandboxes.named_sessions)
         ran = self.run(Run(program, where, inputs.of(request.files)))
         return self.report(ran, request, where)
@@ -153,7 +155,8 @@ class Sessions:
         return replace(found, runtime_status=placement.runtime_status(where, ran.created))
 
     def check_language(self, lang: str) -> None:
-        if lang not in self.sandboxes.languages:
+        """Refuse a language this deployment cannot run, under any of its names."""
+        if canonical(lang) not in self.sandboxes.languages:
             available = ", ".join(sorted(self.sandboxes.languages))
             raise UnsupportedLanguage(f"lang '{lang}' is not available here; available: {available}")
 
