@@ -7,7 +7,11 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from codeexec.api.app import create_app
 from codeexec.languages import ALIASES, LANGUAGES
+from codeexec.settings import Settings
+
+from .conftest import API_KEY
 
 # One program per language that only that language runs, printing "ok".
 OK = {
@@ -55,3 +59,60 @@ def test_an_unknown_language_is_a_400_naming_it(client: TestClient) -> None:
     reply = client.post("/v1/exec", json={"lang": "cobol", "code": "DISPLAY 'ok'."})
     assert reply.status_code == 400
     assert "'cobol'" in reply.json()["details"]
+
+
+@pytest.fixture
+def capped(settings: Settings) -> TestClient:
+    """Three files listed in a reply at most."""
+    return TestClient(create_app(settings.model_copy(update={"max_files_per_run": 3})), headers={"X-API-Key": API_KEY})
+
+
+def _truncation_adds_up(cut: dict) -> None:
+    assert cut["code"] == "artifact_truncated"
+    assert sum(cut["reasons"].values()) == cut["skipped_count"]
+    assert len(cut["skipped"]) == min(20, cut["skipped_count"])
+
+
+def test_outputs_past_the_cap_are_counted_named_and_deletions_still_said(capped: TestClient) -> None:
+    uploaded = capped.post("/v1/upload", files={"file": ("old.csv", b"a,b\n")}).json()
+    session = uploaded["session_id"]
+    code = "import os\nos.remove('old.csv')\nfor i in range(30):\n    open(f'out{i:02}.txt', 'w').write(str(i))\n"
+    files = [{"id": uploaded["files"][0]["fileId"], "session_id": session, "name": "old.csv"}]
+    body = capped.post("/v1/exec", json={"lang": "py", "code": code, "files": files, "session_id": session}).json()
+    listed = [f["name"] for f in body["files"]]
+    assert listed == ["out00.txt", "out01.txt", "out02.txt"]
+    cut = body["artifact_truncation"]
+    _truncation_adds_up(cut)
+    assert cut["reasons"] == {"max_files": 27} and cut["skipped_count"] == 27
+    assert cut["skipped"] == [f"out{i:02}.txt" for i in range(3, 23)]  # the first 20 left out
+    # Both listings are whole: a cut reply still says what the run removed.
+    assert body["deleted_files"] == ["old.csv"]
+
+
+def test_outputs_too_deep_or_too_long_are_counted_by_reason(client: TestClient) -> None:
+    code = (
+        "import os\n"
+        "deep = '/'.join('d' * 11)\nos.makedirs(deep)\nopen(deep + '/deep.txt', 'w').write('x')\n"
+        "long = 'l' * 200\nos.makedirs(long)\nopen(long + '/' + 'n' * 60 + '.txt', 'w').write('x')\n"
+        "open('fine.txt', 'w').write('x')\nopen('scratch.bin', 'w').write('not an output kind')\n"
+    )
+    body = client.post("/v1/exec", json={"lang": "py", "code": code}).json()
+    assert [f["name"] for f in body["files"]] == ["fine.txt"]
+    cut = body["artifact_truncation"]
+    _truncation_adds_up(cut)
+    assert cut["reasons"] == {"depth": 1, "path": 1}  # an unrecognized kind is a filter, not a cut
+    assert sorted(cut["skipped"]) == sorted(["/".join("d" * 11) + "/deep.txt", "l" * 200 + "/" + "n" * 60 + ".txt"])
+
+
+def test_a_reply_with_everything_in_it_has_no_truncation(client: TestClient) -> None:
+    body = client.post("/v1/exec", json={"lang": "py", "code": "open('a.txt', 'w').write('a')"}).json()
+    assert [f["name"] for f in body["files"]] == ["a.txt"]
+    assert "artifact_truncation" not in body
+
+
+def test_a_programmatic_reply_carries_the_truncation_too(capped: TestClient) -> None:
+    code = "for i in range(5):\n    open(f'p{i}.txt', 'w').write(str(i))\nprint('done')"
+    body = capped.post("/v1/exec/programmatic", json={"code": code, "tools": []}).json()
+    assert body["status"] == "completed", body
+    assert body["artifact_truncation"]["reasons"] == {"max_files": 2}
+    assert body["artifact_truncation"]["skipped"] == ["p3.txt", "p4.txt"]
