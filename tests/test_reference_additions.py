@@ -4,6 +4,8 @@ one name in one run."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -116,3 +118,28 @@ def test_a_programmatic_reply_carries_the_truncation_too(capped: TestClient) -> 
     assert body["status"] == "completed", body
     assert body["artifact_truncation"]["reasons"] == {"max_files": 2}
     assert body["artifact_truncation"]["skipped"] == ["p3.txt", "p4.txt"]
+
+
+def test_a_clients_timeout_in_milliseconds_is_honoured(client: TestClient) -> None:
+    started = time.monotonic()
+    body = client.post("/v1/exec", json={"lang": "py", "code": "import time\ntime.sleep(15)", "timeout": 1500}).json()
+    took = time.monotonic() - started
+    assert "1.5" in body["stderr"] and "time" in body["stderr"].lower(), body["stderr"]
+    assert took < 10  # stopped at the client's 1.5 s, not the service's 20 s
+    quick = client.post("/v1/exec", json={"lang": "py", "code": "print('in time')", "timeout": 5000}).json()
+    assert quick["stdout"] == "in time\n"
+
+
+def test_a_clients_timeout_never_goes_past_the_services(settings: Settings) -> None:
+    app = create_app(settings.model_copy(update={"run_timeout_seconds": 1.0}))
+    short = TestClient(app, headers={"X-API-Key": API_KEY})
+    started = time.monotonic()
+    body = short.post("/v1/exec", json={"lang": "py", "code": "import time\ntime.sleep(15)", "timeout": 600_000}).json()
+    assert time.monotonic() - started < 10
+    assert "time" in body["stderr"].lower(), body["stderr"]
+
+
+@pytest.mark.parametrize("timeout", [0, -5, "soon"])
+def test_a_timeout_that_is_no_duration_is_a_400(client: TestClient, timeout: object) -> None:
+    reply = client.post("/v1/exec", json={"lang": "py", "code": "print(1)", "timeout": timeout})
+    assert reply.status_code == 400, reply.text

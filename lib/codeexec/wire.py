@@ -80,6 +80,8 @@ class ExecRequest(RunRequest):
     lang: Text
     code: Text
     args: list[Text] = Field(default_factory=list)
+    # Milliseconds, as the reference server takes it; never past RUN_TIMEOUT_SECONDS.
+    timeout: float | None = Field(default=None, gt=0)
 
     @field_validator("args", mode="before")
     @classmethod

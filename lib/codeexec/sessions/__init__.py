@@ -38,6 +38,12 @@ class SessionLimits:
     max_files_per_run: int  # files listed in one exec reply
     max_upload_bytes: int  # one uploaded file
 
+    def run_timeout(self, asked_ms: float | None) -> float:
+        """The seconds a run may take: what the client asked (in milliseconds), never more
+        than the service's limit."""
+        limit = self.run_timeout_seconds
+        return min(asked_ms / 1000, limit) if asked_ms else limit
+
 
 @dataclass(frozen=True)
 class UploadTerms:
@@ -133,7 +139,8 @@ class Sessions:
     ) -> Report:
         """Place the session, bring the inputs in, run the program, report what it changed."""
         lang = canonical(request.lang)
-        program = Program(lang, request.code, tuple(request.args), self.limits.run_timeout_seconds, run_key)
+        timeout = self.limits.run_timeout(request.timeout)
+        program = Program(lang, request.code, tuple(request.args), timeout, run_key)
         self.check_language(request.lang)
         where = placement.for_run(caller, request, stateful, self.sandboxes.named_sessions)
         ran = self.run(Run(program, where, inputs.of(request.files)))
