@@ -143,3 +143,47 @@ def test_a_clients_timeout_never_goes_past_the_services(settings: Settings) -> N
 def test_a_timeout_that_is_no_duration_is_a_400(client: TestClient, timeout: object) -> None:
     reply = client.post("/v1/exec", json={"lang": "py", "code": "print(1)", "timeout": timeout})
     assert reply.status_code == 400, reply.text
+
+
+@pytest.mark.parametrize("generation", ["g1", "g2"])
+def test_two_inputs_of_one_name_run_and_the_reply_says_which_it_has(client: TestClient, generation: str) -> None:
+    """A conversation that uploaded data.csv twice (LibreChat #15443): each upload is a
+    session of its own, and both refs come with the run."""
+    first, second = (client.post("/v1/upload", files={"file": ("data.csv", body)}).json() for body in (b"1\n", b"2\n"))
+    spelling = {"g1": {}, "g2": {"kind": "user"}}[generation]
+    refs = [
+        {"id": up["files"][0]["fileId"], "storage_session_id": up["session_id"], "name": "data.csv", **spelling}
+        for up in (first, second)
+    ]
+    body = client.post("/v1/exec", json={"lang": "py", "code": "print(open('data.csv').read())", "files": refs}).json()
+    # It lands in the first upload's session and has that upload's file, so no other
+    # bytes are copied over a stored upload; the reply says which of the two it has.
+    assert body["session_id"] == first["session_id"]
+    assert body["stdout"] == "1\n\n"
+    said = f"the run has one of them: file {refs[0]['id']} of session {first['session_id']}."
+    assert f'2 inputs are named "data.csv"; {said}' in body["stderr"]
+    for up, content in ((first, b"1\n"), (second, b"2\n")):  # both uploads as they were
+        assert client.get(f"/v1/download/{up['session_id']}/{up['files'][0]['fileId']}").content == content
+
+
+def test_the_last_of_two_inputs_of_one_name_when_none_lives_where_the_run_lands(client: TestClient) -> None:
+    agent = {"kind": "agent", "id": "agent-1"}
+    shared = [
+        client.post("/v1/upload", files={"file": ("data.csv", body)}, data=agent).json() for body in (b"1\n", b"2\n")
+    ]
+    refs = [
+        {"id": up["files"][0]["fileId"], "storage_session_id": up["session_id"], "name": "data.csv", "kind": "agent"}
+        for up in shared
+    ]
+    body = client.post("/v1/exec", json={"lang": "py", "code": "print(open('data.csv').read())", "files": refs}).json()
+    assert body["session_id"] not in {up["session_id"] for up in shared}  # never in an agent's upload
+    assert body["stdout"] == "2\n\n"
+    assert f"the run has one of them: file {refs[1]['id']} of session {shared[1]['session_id']}" in body["stderr"]
+
+
+def test_one_ref_sent_twice_is_one_input_and_no_note(client: TestClient) -> None:
+    up = client.post("/v1/upload", files={"file": ("data.csv", b"1\n")}).json()
+    ref = {"id": up["files"][0]["fileId"], "session_id": up["session_id"], "name": "data.csv"}
+    read = "print(open('data.csv').read())"
+    body = client.post("/v1/exec", json={"lang": "py", "code": read, "files": [ref, ref]}).json()
+    assert (body["stdout"], body["stderr"]) == ("1\n\n", "")

@@ -156,7 +156,7 @@ class Sessions:
         missing = inputs.missing(request.files, ran.inputs)
         limits = self.limits
         found = outputs.report(
-            ran.session_id, ran.result, ran.changes, request.files, ran.inputs, missing,
+            ran.session_id, ran.result, ran.changes, inputs.chosen(request.files), ran.inputs, missing,
             limits.max_files_per_run, request.lists_inherited,
         )  # fmt: skip
         return replace(found, runtime_status=placement.runtime_status(where, ran.created))
