@@ -80,7 +80,7 @@ serve: install
 # printed CODE_EXEC_JWT_PUBLIC_KEY then takes LibreChat's tokens.
 .PHONY: librechat-keys
 librechat-keys: $(VENV)/.installed
-	@$(BIN)/python -m codeexec.keys $(if $(CODEEXEC_URL),--base-url $(CODEEXEC_URL))
+	@$(BIN)/python -m codeexec.keys $(if $(CODEEXEC_URL),--base-url $(CODEEXEC_URL)) $(KEYS_ARGS)
 
 # The sandbox port over HTTP on RUNNER_HOST:RUNNER_PORT (127.0.0.1:8080), for the `runner`
 # backend (sam local, a MicroVM); RUNNER_KEY is made up and printed when unset.

@@ -23,10 +23,11 @@ from pydantic import ValidationError
 from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
-from .helpers.librechat import both_sides, drive_with_env, keys_command
+from .helpers.librechat import CLIENTS, both_sides, drive_with_env, keys_command
 from .serving import serving
 
 USER = "64f0c0ffee0000000000abcd"
+DOCS = Path(__file__).parent.parent / "docs" / "librechat.md"
 
 
 def _pem(key: ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey) -> bytes:
@@ -80,6 +81,42 @@ def test_the_keys_command_keeps_librechats_existing_key(kind: str) -> None:
     verified = Settings(code_exec_jwt_public_key=service["CODE_EXEC_JWT_PUBLIC_KEY"])
     assert verified.auth_modes == {"key", "jwt"}
     assert (verified.jwt_issuer, verified.jwt_audience) == ("librechat", "codeapi")
+
+
+def test_the_compose_steps_give_the_service_the_half_of_librechats_env_file(tmp_path: Path) -> None:
+    """docs/librechat.md, "Beside LibreChat's compose file": LibreChat's half appended to
+    its .env, then this service's derived from that file alone."""
+    librechat_env = tmp_path / "librechat.env"
+    librechat_env.write_text("MONGO_URI=mongodb://mongodb:27017/LibreChat\n")
+    first = keys_command("--only", "librechat")
+    assert first.returncode == 0, first.stderr
+    assert "CODE_EXEC_JWT_PUBLIC_KEY" not in first.stdout
+    librechat_env.write_text(librechat_env.read_text() + first.stdout)
+    second = keys_command("--only", "codeexec", "--env-file", str(librechat_env))
+    assert second.returncode == 0, second.stderr
+    assert "CODEAPI_JWT_PRIVATE_KEY_BASE64" not in second.stdout  # nothing secret on this side
+    service = dict(line.split("=", 1) for line in second.stdout.splitlines() if line[:1] not in ("#", ""))
+    signed = dict(line.split("=", 1) for line in first.stdout.splitlines() if line[:1] not in ("#", ""))
+    token = _token(base64.b64decode(signed["CODEAPI_JWT_PRIVATE_KEY_BASE64"]))
+    key = serialization.load_pem_public_key(base64.b64decode(service["CODE_EXEC_JWT_PUBLIC_KEY"]))
+    assert jwt.decode(token, key, algorithms=["EdDSA"], audience="codeapi")["sub"] == USER  # type: ignore[arg-type]
+
+
+def test_the_page_shows_the_commands_and_settings_these_tests_run(sides: tuple[dict, dict]) -> None:
+    page = DOCS.read_text()
+    for command in ("make librechat-keys", "python -m codeexec.keys", "--only librechat", "--env-file"):
+        assert command in page, command
+    librechat, service = sides
+    for variable in (*librechat, *service):
+        assert f"{variable}=" in page, variable
+    # The troubleshooting table quotes the client's own words (the installed 3.9.2 package).
+    client = (CLIENTS / "node_modules/@librechat/agents/dist/esm/tools/CodeExecutor.mjs").read_text()
+    for said in (
+        "Code execution is not authorized. Verify access before trying again.",
+        "Code execution is temporarily unavailable. Please retry.",
+        "The code execution request was rejected. Please check the tool input and try again.",
+    ):
+        assert said in page and said in client, said
 
 
 def test_the_keys_command_refuses_a_broken_key_without_quoting_it() -> None:
@@ -157,12 +194,14 @@ def test_a_401_says_what_to_change_on_both_sides_and_nothing_secret(settings: Se
         said = refused.json()["details"]
         assert "CODE_EXEC_JWT_PUBLIC_KEY" in said and "docs/librechat.md" in said, said
         assert "test-key" not in said
+        assert said[:60] in DOCS.read_text(), said  # the page's troubleshooting table quotes it
     assert "CODEAPI_AUTH_PROVIDER=librechat-jwt" in g1_only.post("/v1/exec", json={}).json()["details"]
 
     both = TestClient(create_app(settings.model_copy(update={"code_exec_jwt_public_key": public.decode()})))
     assert both.get("/health").json()["auth_modes"] == ["jwt", "key"]
     nothing = both.post("/v1/exec", json={"lang": "py", "code": "print(1)"}).json()["details"]
     assert "CODEAPI_AUTH_PROVIDER=librechat-jwt" in nothing and "docs/librechat.md" in nothing
+    assert nothing[:60] in DOCS.read_text()
     # A token of another key pair: the key does not match, and which key is expected is not said.
     other = _pem(ed25519.Ed25519PrivateKey.generate())
     mismatch = both.post("/v1/exec", json={"lang": "py", "code": "print(1)"},
@@ -170,6 +209,7 @@ def test_a_401_says_what_to_change_on_both_sides_and_nothing_secret(settings: Se
     assert mismatch.status_code == 401
     said = mismatch.json()["details"]
     assert "signed with another key" in said and "CODE_EXEC_JWT_PUBLIC_KEY" in said
+    assert said[:60] in DOCS.read_text()
     assert base64.b64encode(public).decode()[:40] not in said and "MCowBQYDK2Vw" not in said
 
 

@@ -1,14 +1,16 @@
 """The key pair LibreChat signs its code API tokens with, and both sides' settings for it.
 
-    python -m codeexec.keys [--base-url URL]          (what `make librechat-keys` runs)
+    python -m codeexec.keys [--base-url URL] [--env-file LIBRECHAT_ENV] [--only SIDE]
+                                                      (what `make librechat-keys` runs)
 
 LibreChat v0.8.6+ (packages/api/src/auth/codeapi.ts) signs each token itself with the
 private key in CODEAPI_JWT_PRIVATE_KEY_BASE64 (the PKCS#8 PEM in base64; EdDSA unless
 CODEAPI_JWT_ALGORITHM=RS256), and sends it only when CODEAPI_AUTH_PROVIDER is
 `librechat-jwt`. This service needs the public half alone (CODE_EXEC_JWT_PUBLIC_KEY).
-With CODEAPI_JWT_PRIVATE_KEY_BASE64 already in the environment, that key is kept (its
-public half derived), so a LibreChat already set up needs no change; otherwise a new
-Ed25519 pair is made. The output is two .env blocks; comments start with `#`.
+With CODEAPI_JWT_PRIVATE_KEY_BASE64 already in the environment (or in LibreChat's .env,
+--env-file), that key is kept (its public half derived), so a LibreChat already set up
+needs no change; otherwise a new Ed25519 pair is made. The output is two .env blocks, or
+one side's (--only); comments start with `#`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import sys
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from dotenv import dotenv_values
 
 PRIVATE_KEY_VARIABLE = "CODEAPI_JWT_PRIVATE_KEY_BASE64"
 KID_VARIABLE = "CODEAPI_JWT_KID"
@@ -45,8 +48,8 @@ def private_key(encoded: str | None) -> PrivateKeyTypes:
     return key
 
 
-def settings(key: PrivateKeyTypes, kid: str, base_url: str) -> str:
-    """Both sides' settings for one key pair, as .env lines."""
+def settings(key: PrivateKeyTypes, kid: str, base_url: str, only: str | None = None) -> str:
+    """Both sides' settings for one key pair (or `only` one side's), as .env lines."""
     private_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
@@ -67,29 +70,33 @@ def settings(key: PrivateKeyTypes, kid: str, base_url: str) -> str:
         "# (librechat), audience (codeapi) and tenant claim (tenant_id) are LibreChat's defaults",
         f"CODE_EXEC_JWT_PUBLIC_KEY={base64.b64encode(public_pem).decode()}",
     ]
-    return "\n".join([*librechat, "", *service]) + "\n"
+    blocks = {"librechat": librechat, "codeexec": service}
+    return "\n\n".join("\n".join(lines) for side, lines in blocks.items() if only in (None, side)) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codeexec.keys", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--private-key-base64",
-        default=os.environ.get(PRIVATE_KEY_VARIABLE),
         help=f"LibreChat's existing key (default: ${PRIVATE_KEY_VARIABLE}; unset: a new Ed25519 key)",
     )
-    parser.add_argument("--kid", default=os.environ.get(KID_VARIABLE) or DEFAULT_KID)
+    parser.add_argument("--env-file", help=f"LibreChat's .env, to take its {PRIVATE_KEY_VARIABLE} and kid from")
+    parser.add_argument("--kid", help=f"default: ${KID_VARIABLE}, else LibreChat's default {DEFAULT_KID}")
     parser.add_argument(
         "--base-url",
         default=DEFAULT_BASE_URL,
         help=f"this service's /v1 URL as LibreChat reaches it (default: {DEFAULT_BASE_URL})",
     )
+    parser.add_argument("--only", choices=("librechat", "codeexec"), help="print one side's settings")
     args = parser.parse_args(argv)
+    known = {**os.environ, **(dotenv_values(args.env_file) if args.env_file else {})}
     try:
-        key = private_key(args.private_key_base64)
+        key = private_key(args.private_key_base64 or known.get(PRIVATE_KEY_VARIABLE))
     except ValueError as exc:
         print(f"codeexec.keys: {exc}", file=sys.stderr)
         return 2
-    sys.stdout.write(settings(key, args.kid, args.base_url))
+    kid = args.kid or known.get(KID_VARIABLE) or DEFAULT_KID
+    sys.stdout.write(settings(key, kid, args.base_url, args.only))
     return 0
 
 
