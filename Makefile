@@ -75,6 +75,13 @@ $(CONTRACT_G2)/node_modules/.installed: $(CONTRACT_G2)/package-lock.json
 serve: install
 	$(BIN)/python -m codeexec.server
 
+# LibreChat's signing key and both sides' settings (docs/librechat.md). It keeps LibreChat's
+# key when CODEAPI_JWT_PRIVATE_KEY_BASE64 is in the environment; `make serve` with the
+# printed CODE_EXEC_JWT_PUBLIC_KEY then takes LibreChat's tokens.
+.PHONY: librechat-keys
+librechat-keys: $(VENV)/.installed
+	@$(BIN)/python -m codeexec.keys $(if $(CODEEXEC_URL),--base-url $(CODEEXEC_URL)) $(KEYS_ARGS)
+
 # The sandbox port over HTTP on RUNNER_HOST:RUNNER_PORT (127.0.0.1:8080), for the `runner`
 # backend (sam local, a MicroVM); RUNNER_KEY is made up and printed when unset.
 .PHONY: runner

@@ -16,6 +16,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+# What LibreChat's tokens carry unless its CODEAPI_JWT_ISSUER / CODEAPI_JWT_AUDIENCE say otherwise.
+LIBRECHAT_ISSUER = "librechat"
+LIBRECHAT_AUDIENCE = "codeapi"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", frozen=True)
@@ -29,9 +33,14 @@ class Settings(BaseSettings):
     code_exec_org: str = "default"
     # Comma lists. `key`: X-API-Key (a bearer beside it names the tenant). `jwt`: a valid
     # bearer token alone authenticates. A mode with nothing configured serves nothing.
-    code_exec_auth_modes: Annotated[frozenset[Literal["key", "jwt"]], NoDecode] = frozenset({"key"})
+    # Unset: `key`, and `jwt` too when CODE_EXEC_JWT_PUBLIC_KEY is set (see `auth_modes`).
+    code_exec_auth_modes: Annotated[frozenset[Literal["key", "jwt"]] | None, NoDecode] = None
     # Bearer tokens (README: "Tenant tokens (OIDC)"): verified when a key set is configured.
     code_exec_jwt_jwks_url: str | None = None  # https:// or file:// (http:// only on loopback)
+    # Or the public key itself (docs/librechat.md): a PEM, the PEM in base64, or a key set's
+    # JSON; the other half of LibreChat's CODEAPI_JWT_PRIVATE_KEY_BASE64. With it, the
+    # issuer and audience default to LibreChat's.
+    code_exec_jwt_public_key: str | None = None
     code_exec_jwt_issuer: str | None = None
     code_exec_jwt_audience: str | None = None
     code_exec_jwt_org_claim: str = "tenant_id"  # the claim LibreChat (v0.8.6+) puts its tenant in
@@ -129,6 +138,35 @@ class Settings(BaseSettings):
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return frozenset(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else value
+
+    @field_validator("code_exec_auth_modes")
+    @classmethod
+    def _no_modes_is_the_default(cls, value: frozenset[str] | None) -> frozenset[str] | None:
+        return value or None  # an empty variable (compose passes one through) is an unset one
+
+    @field_validator("code_exec_jwt_public_key")
+    @classmethod
+    def _usable_public_key(cls, value: str | None) -> str | None:
+        if value and value.strip():
+            from .tokens import given_keys  # PyJWT only for a deployment that checks tokens
+
+            given_keys(value)  # a ValueError names the variable and what is wrong
+            return value
+        return None
+
+    @property
+    def auth_modes(self) -> frozenset[str]:
+        if self.code_exec_auth_modes:
+            return self.code_exec_auth_modes
+        return frozenset({"key", "jwt"} if self.code_exec_jwt_public_key else {"key"})
+
+    @property
+    def jwt_issuer(self) -> str:
+        return self.code_exec_jwt_issuer or (LIBRECHAT_ISSUER if self.code_exec_jwt_public_key else "")
+
+    @property
+    def jwt_audience(self) -> str:
+        return self.code_exec_jwt_audience or (LIBRECHAT_AUDIENCE if self.code_exec_jwt_public_key else "")
 
     @field_validator("runner_urls", mode="before")
     @classmethod
