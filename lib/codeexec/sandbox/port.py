@@ -39,10 +39,11 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .. import ids
 from ..errors import UnsupportedLanguage
+from ..languages import canonical
 
 # -- who -------------------------------------------------------------------------------------
 
@@ -333,10 +334,15 @@ class Sandboxes(ABC):
     named_sessions: bool = False
 
     def check_language(self, lang: str) -> None:
-        """UnsupportedLanguage unless this backend runs `lang`: before anything is placed."""
-        if lang not in self.languages:
+        """UnsupportedLanguage unless this backend runs `lang`, under any of its names:
+        before anything is placed."""
+        if canonical(lang) not in self.languages:
             available = ", ".join(sorted(self.languages))
             raise UnsupportedLanguage(f"lang '{lang}' is not available here; available: {available}")
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Whether the backend can serve calls now, and what /health says of it besides."""
+        return True, {}
 
     # -- coarse operations ------------------------------------------------------------------
 

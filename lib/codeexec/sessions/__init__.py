@@ -21,6 +21,7 @@ from typing import BinaryIO
 from .. import ids
 from ..auth import Caller
 from ..errors import BadRequest
+from ..languages import canonical
 from ..large_files import LargeFiles
 from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, Sandboxes, SendTo, Slot
 from ..wire import ExecRequest, RunRequest
@@ -36,6 +37,12 @@ class SessionLimits:
     run_timeout_seconds: float
     max_files_per_run: int  # files listed in one exec reply
     max_upload_bytes: int  # one uploaded file
+
+    def run_timeout(self, asked_ms: float | None) -> float:
+        """The seconds a run may take: what the client asked (in milliseconds), never more
+        than the service's limit."""
+        limit = self.run_timeout_seconds
+        return min(asked_ms / 1000, limit) if asked_ms else limit
 
 
 @dataclass(frozen=True)
@@ -131,8 +138,10 @@ class Sessions:
         self, caller: Caller, request: ExecRequest, stateful: bool = False, run_key: str | None = None
     ) -> Report:
         """Place the session, bring the inputs in, run the program, report what it changed."""
-        program = Program(request.lang, request.code, tuple(request.args), self.limits.run_timeout_seconds, run_key)
-        self.sandboxes.check_language(program.lang)
+        lang = canonical(request.lang)
+        timeout = self.limits.run_timeout(request.timeout)
+        program = Program(lang, request.code, tuple(request.args), timeout, run_key)
+        self.sandboxes.check_language(request.lang)
         where = placement.for_run(caller, request, stateful, self.sandboxes.named_sessions)
         ran = self.run(Run(program, where, inputs.of(request.files)))
         return self.report(ran, request, where)
@@ -147,7 +156,7 @@ class Sessions:
         missing = inputs.missing(request.files, ran.inputs)
         limits = self.limits
         found = outputs.report(
-            ran.session_id, ran.result, ran.changes, request.files, ran.inputs, missing,
+            ran.session_id, ran.result, ran.changes, inputs.chosen(request.files), ran.inputs, missing,
             limits.max_files_per_run, request.lists_inherited,
         )  # fmt: skip
         return replace(found, runtime_status=placement.runtime_status(where, ran.created))

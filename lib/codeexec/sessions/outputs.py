@@ -46,14 +46,49 @@ def recognized(name: str) -> bool:
 
 
 def is_output(path: str, inputs: frozenset[str] = frozenset()) -> bool:
+    return _kept(path, inputs) and _left_out(path) is None
+
+
+def _kept(path: str, inputs: frozenset[str]) -> bool:
+    """Whether a file is of a kind that is an output: not under a hidden directory no
+    input lives in, and a recognized name (the filters, which the reference never reports)."""
     *dirs, name = path.split("/")
-    if len(dirs) >= MAX_DEPTH or len(path) > MAX_PATH_CHARS:
-        return False
     for depth, part in enumerate(dirs):
         under = "/".join(dirs[: depth + 1]) + "/"
         if part.startswith(".") and not any(i.startswith(under) for i in inputs):
             return False
     return recognized(name)
+
+
+def _left_out(path: str) -> Reason | None:
+    """Why an output of a kept kind is left out of the reply all the same (the limits,
+    which the reference reports as `artifact_truncation`)."""
+    if path.count("/") >= MAX_DEPTH:
+        return "depth"
+    return "path" if len(path) > MAX_PATH_CHARS else None
+
+
+Reason = Literal["max_files", "depth", "size", "path", "unreadable"]
+MAX_SKIPPED_LISTED = 20  # paths named in a truncation; the counts cover the rest
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """Outputs the reply leaves out, by why: the client tells the model what was not
+    delivered (the reference's `artifact_truncation`). The counts add up to `count`."""
+
+    reasons: dict[Reason, int]
+    skipped: list[str]  # the first MAX_SKIPPED_LISTED paths
+    count: int
+
+    @classmethod
+    def of(cls, left_out: list[tuple[str, Reason]]) -> Truncation | None:
+        if not left_out:
+            return None
+        reasons: dict[Reason, int] = {}
+        for _, reason in left_out:
+            reasons[reason] = reasons.get(reason, 0) + 1
+        return cls(reasons, [path for path, _ in left_out[:MAX_SKIPPED_LISTED]], len(left_out))
 
 
 @dataclass(frozen=True)
@@ -69,6 +104,7 @@ class Report:
     deleted: list[str]
     stdout_cut: bool
     runtime_status: Literal["new", "reused"] | None = None  # the stateful profile's session
+    truncation: Truncation | None = None  # outputs left out of the reply, and why
 
 
 def report(
@@ -86,16 +122,26 @@ def report(
     ones, as their own refs, so they can tell them from what the run made."""
     inputs = frozenset(p.path for p in placed if p.path)
     read_only = {p.path for p in placed if p.path and p.read_only}
-    written = [f for f in changes.written() if f.path not in read_only and is_output(f.path, inputs)]
+    kept = [f for f in changes.written() if f.path not in read_only and _kept(f.path, inputs)]
+    left_out = [(f.path, reason) for f in kept if (reason := _left_out(f.path))]
+    written = [f for f in kept if _left_out(f.path) is None]
     echoed = [
-        ref
+        (ref, where.path)
         for ref, where in zip(refs, placed, strict=True)
         if lists_inherited and where.path and (where.read_only or changes.untouched(where.path))
     ]
     limit_notes = [notes.limit_hit(hit) for hit in result.hits]
     if len(written) + len(echoed) > max_files:
         limit_notes.append(notes.files_listed(max_files, len(written) + len(echoed)))
+        left_out += [(f.path, "max_files") for f in written[max_files:]]
         written = written[:max_files]
+        left_out += [(path, "max_files") for _, path in echoed[max_files - len(written) :]]
         echoed = echoed[: max_files - len(written)]
     stderr = notes.around(result.stderr, missing, limit_notes)
-    return Report(session_id, result.stdout, stderr, written, echoed, list(changes.deleted), result.stdout_cut)
+    # The listings before and after the run are whole: what it removed is known even when
+    # the reply leaves outputs out, so `deleted` stays (the reference drops it only when
+    # its own scan stopped early, which cannot happen here).
+    return Report(
+        session_id, result.stdout, stderr, written, [ref for ref, _ in echoed], list(changes.deleted),
+        result.stdout_cut, truncation=Truncation.of(left_out),
+    )  # fmt: skip
