@@ -37,7 +37,8 @@ $(ENVIRONMENT)/python.lock: deps/python/requirements.lock | $(VENV)/.installed
 	$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
 $(ENVIRONMENT)/node.lock: deps/node/package-lock.json | system-packages
 	$(SUDO) deps/environment.sh node $(ENVIRONMENT)
-$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f)
+# Again after Debian's packages change: tools/dpkg holds a copy of their status.
+$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f) deps/apt.txt deps/apt-backports.txt
 	$(SUDO) deps/environment.sh tools $(ENVIRONMENT)
 
 # The locks anew from deps/python/requirements.in and deps/node/package.json (newest
