@@ -38,7 +38,7 @@ $(ENVIRONMENT)/python.lock: deps/python/requirements.lock | $(VENV)/.installed
 $(ENVIRONMENT)/node.lock: deps/node/package-lock.json | system-packages
 	$(SUDO) deps/environment.sh node $(ENVIRONMENT)
 # Again after Debian's packages change: tools/dpkg holds a copy of their status.
-$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f) deps/apt.txt deps/apt-backports.txt
+$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f) deps/apt.txt deps/apt-backports.txt | system-packages
 	$(SUDO) deps/environment.sh tools $(ENVIRONMENT)
 
 # The locks anew from deps/python/requirements.in and deps/node/package.json (newest
