@@ -27,10 +27,15 @@ new=$prefix/$part.$(date +%s%N)
 mkdir -p "$new"
 case $part in
   python)
-    # Wheels only (no compiler runs), with their hashes checked, for Debian's python3; the
-    # bytecode compiled now, since a run can write none (the prefix is read-only to it).
+    # Wheels only, with their hashes checked, for Debian's python3: the registry's, and
+    # those python/build-wheels.sh builds for packages that publish none. The bytecode
+    # compiled now, since a run can write none (the prefix is read-only to it).
+    wheels=$(mktemp -d)
+    "$deps/python/build-wheels.sh" "$wheels"
     "${UV:-uv}" pip install --quiet --no-config --python /usr/bin/python3 --target "$new" \
-      --require-hashes --only-binary :all: --compile-bytecode -r "$deps/python/requirements.lock"
+      --require-hashes --only-binary :all: --find-links "$wheels" --compile-bytecode \
+      -r "$deps/python/requirements.lock"
+    rm -rf "$wheels"
     stamp=$(cat "$deps/python/requirements.lock") ;;
   node)
     cp "$deps/node/package.json" "$deps/node/package-lock.json" "$new/"
