@@ -41,19 +41,25 @@ $(ENVIRONMENT)/python.lock: deps/python/requirements.lock | $(VENV)/.installed
 	$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
 $(ENVIRONMENT)/node.lock: deps/node/package-lock.json | system-packages
 	$(SUDO) deps/environment.sh node $(ENVIRONMENT)
-$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f)
+# Again after Debian's packages change: tools/dpkg holds a copy of their status.
+$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f) deps/apt.txt deps/apt-backports.txt | system-packages
 	$(SUDO) deps/environment.sh tools $(ENVIRONMENT)
 
 # The locks anew from deps/python/requirements.in and deps/node/package.json (newest
 # versions that fit), then docs/libraries.md's list of them. Wheels for x86_64 and arm64 (the
-# MicroVMs) alike, or the lock is refused.
+# MicroVMs) alike, or the lock is refused; those of deps/python/sdists.txt (packages that
+# publish none) built here first, the same as every install builds them.
+WHEELS := $(VENV)/sdist-wheels
 lock: $(VENV)/.installed ## the locks anew (newest versions that fit), then docs/libraries.md
+	rm -rf $(WHEELS) && mkdir -p $(WHEELS) && UV=$(BIN)/uv deps/python/build-wheels.sh $(WHEELS)
 	$(BIN)/uv pip compile --quiet --no-config --upgrade --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_36 --only-binary :all: --custom-compile-command "make lock" \
-	  deps/python/requirements.in -o deps/python/requirements.lock
+	  --find-links $(WHEELS) deps/python/requirements.in -o deps/python/requirements.lock
 	for platform in x86_64-manylinux_2_36 aarch64-manylinux_2_36; do \
 	  $(BIN)/uv pip install --quiet --no-config --dry-run --target $$(mktemp -d) --python-version 3.11 \
-	    --python-platform $$platform --require-hashes --only-binary :all: -r deps/python/requirements.lock || exit 1; done
+	    --python-platform $$platform --require-hashes --only-binary :all: --find-links $(WHEELS) \
+	    -r deps/python/requirements.lock || exit 1; done
+	rm -rf $(WHEELS)
 	cd deps/node && rm -f package-lock.json && \
 	  npm install --package-lock-only --no-audit --no-fund --loglevel=error
 	$(MAKE) readme-env

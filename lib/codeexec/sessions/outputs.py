@@ -2,14 +2,18 @@
 and the inputs it left as they were, from the changes the backend computed next to the
 files (`port.Changes`).
 
-Which files count as a run's outputs follows the reference server
+Which files count as a run's outputs starts from the reference server
 (ClickHouse/code-interpreter, api/src/job.ts), which is also what @librechat/agents 3.9
 tells the model ("/mnt/data keeps files with recognized extensions"): nothing under a
-hidden directory (`.cache/`, `.ipython/`) unless an input lives there, and only files
-whose name is a recognized kind (by extension, or by a well-known name such as `.env` or
-`Dockerfile`). So `__pycache__/*.pyc`, compiler droppings and extensionless scratch
-files are never outputs; they stay in the session, listed and downloadable, like any file.
-"""
+hidden directory (`.cache/`, `.ipython/`, `.ipynb_checkpoints/`) or a bytecode cache
+(`__pycache__/`) unless an input lives there, and only files whose name is a recognized
+kind (by extension, or by a well-known name such as `.env` or `Dockerfile`). The
+reference's list misses whole kinds of file users ask for (a video, a song, an executed
+notebook, a packaged skill, map data, a model they trained), so the list here is the
+reference's and those kinds besides (docs/environment.md). What is never an output is
+what a run leaves behind without being asked: bytecode, caches, compiler droppings and
+extensionless scratch files; they stay in the session, listed and downloadable, like any
+file."""
 
 from __future__ import annotations
 
@@ -32,7 +36,24 @@ _REFERENCE_LIST = (
     ".dockerfile .Dockerfile .dockerignore .helmignore .helmfile .jenkinsfile .vagrantfile .eslintrc .prettierrc "
     ".editorconfig .nomad .bat .cmd .deb .log .rpm .vbs"
 )
-RECOGNIZED = frozenset(_REFERENCE_LIST.split())
+# The kinds the reference leaves out, each a request that would otherwise end with nothing
+# handed back ("make a video of this", "run my notebook", "export it as GeoJSON").
+_MORE_KINDS = {
+    "media": ".mp4 .m4v .webm .mov .mkv .avi .mp3 .wav .ogg .oga .opus .m4a .flac .aac .mid .midi",
+    "images": ".heic .heif .eps .ps .jp2",
+    "notebooks": ".ipynb",
+    "skills": ".skill",
+    "gis": ".geojson .topojson .kml .kmz .gpx .shp .shx .dbf .prj .cpg .gpkg",
+    "fonts": ".otf",
+    "archives": ".tgz .xz .txz .zst .lz4",
+    "databases": ".sqlite .sqlite3 .db .duckdb .feather .arrow .orc .avro .h5 .hdf5 .nc",
+    "models": ".pkl .pickle .joblib .onnx .pt .pth .safetensors .npy .npz .ubj",
+    "documents": ".odg .epub .bib .markdown .dot .mmd .qmd .rmd",
+    "data": ".xlsm .dta .sav .sas7bdat .rds .rdata .mat",
+}
+RECOGNIZED = frozenset(_REFERENCE_LIST.split()) | frozenset(" ".join(_MORE_KINDS.values()).split())
+# Directories of the tools' own making, not hidden by a dot: bytecode caches.
+JUNK_DIRS = frozenset({"__pycache__"})
 # The reference walks no deeper, and skips longer paths.
 MAX_DEPTH = 10
 MAX_PATH_CHARS = 256
@@ -55,7 +76,7 @@ def _kept(path: str, inputs: frozenset[str]) -> bool:
     *dirs, name = path.split("/")
     for depth, part in enumerate(dirs):
         under = "/".join(dirs[: depth + 1]) + "/"
-        if part.startswith(".") and not any(i.startswith(under) for i in inputs):
+        if (part.startswith(".") or part in JUNK_DIRS) and not any(i.startswith(under) for i in inputs):
             return False
     return recognized(name)
 

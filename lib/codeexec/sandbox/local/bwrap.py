@@ -57,8 +57,10 @@ _ENV = {
     "LANG": "C.UTF-8",
     # Named, so no runtime asks systemd for it (R's does, and says it cannot on stderr).
     "TZ": "UTC",
-    "MPLBACKEND": "Agg",  # matplotlib without a display: figures are saved, never shown
-    "MATPLOTLIBRC": f"{TOOLS}/matplotlibrc",  # and with fonts for every script (CJK too)
+    # matplotlib's defaults: no display (figures are saved, never shown) and fonts for every
+    # script (CJK too). Not MPLBACKEND: a Jupyter kernel a run starts (nbclient) would
+    # inherit it, and draw its plots into nothing instead of into the notebook.
+    "MATPLOTLIBRC": f"{TOOLS}/matplotlibrc",
     # The service's sitecustomize (toolchains.PYTHON_SITE) puts /mnt/data LAST on the path,
     # so a session's own modules import (a helper.py an earlier run wrote), and a
     # json.py or sitecustomize.py among its files shadows nothing. The locked set comes
