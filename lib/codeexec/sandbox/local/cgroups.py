@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import secrets
+import signal
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -116,6 +117,14 @@ class RunCgroup:
     def hit_process_limit(self) -> bool:
         return "pids" in self._dirs and _counter(self._dirs["pids"] / "pids.events", "max") > 0
 
+    def kill(self) -> None:
+        """SIGKILL every process still inside (cgroup.kill where v2 has it)."""
+        for path in set(self._dirs.values()):
+            if (path / "cgroup.kill").exists():
+                _write(path / "cgroup.kill", 1)
+            else:
+                _kill_members(path / "cgroup.procs")
+
     def remove(self) -> None:
         for path in set(self._dirs.values()):
             _rmdir(path)
@@ -129,6 +138,24 @@ def run_cgroup(parents: Mapping[str, Parent], memory_bytes: int, max_processes: 
         yield cgroup
     finally:
         cgroup.remove()
+
+
+def _kill_members(procs: Path) -> None:
+    """Each pid listed is pinned by a pidfd, then killed only if still listed: a pid that
+    ended meanwhile, and was given to some other process, is never killed."""
+    with contextlib.suppress(FileNotFoundError):
+        for pid in map(int, procs.read_text().split()):
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            try:
+                if str(pid) in procs.read_text().split():
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            finally:
+                os.close(pidfd)
 
 
 def _rmdir(path: Path) -> None:
