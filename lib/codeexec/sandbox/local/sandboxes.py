@@ -43,7 +43,7 @@ from ... import ids
 from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound
 from ...languages import LANGUAGES
 from ..port import FileInfo, Lease, OwnerTag, Program, RunResult, Sandboxes
-from . import bwrap, cgroups, files, warm
+from . import bwrap, cgroups, files, owners, warm
 from .limits import Limits
 from .storage import Storage, over_limit
 from .toolchains import TOOLCHAINS
@@ -51,6 +51,10 @@ from .toolchains import TOOLCHAINS
 log = logging.getLogger("codeexec.local")
 
 _TOMBSTONE = ".ended-"
+_STAGING = "staging-"
+# A session subvolume without its lease this long after it was made is what a crash
+# left between the two: nothing opens it, nothing would reap it.
+_HALF_MADE_SECONDS = 60
 _RUNS = ".runs"
 _CANCELS = ".cancel"
 # A cancel for no run in progress waits this long for its run, longer than a call waits
@@ -93,7 +97,8 @@ class LocalSandbox:
 
     def write_files(self, pairs: Iterable[tuple[str, BinaryIO]], limit: int) -> None:
         # Staged beside data/, in the session's own subvolume (its quota holds), then moved in.
-        staging = tempfile.mkdtemp(prefix="staging-", dir=self._path)
+        # Named by this process (owners.py): a start after a crash removes it, a live one never.
+        staging = tempfile.mkdtemp(prefix=f"{_STAGING}{owners.tag()}-", dir=self._path)
         fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             moves: list[tuple[str, int, str]] = []
@@ -173,6 +178,16 @@ def _record_name(key: str) -> str:
     return key
 
 
+def _sweep_staging(session: Path) -> None:
+    """The staging directories of uploads whose process is gone."""
+    with contextlib.suppress(OSError), os.scandir(session) as entries:
+        for entry in entries:
+            maker = entry.name.removeprefix(_STAGING).rpartition("-")[0]
+            if entry.name.startswith(_STAGING) and owners.gone(maker):
+                log.info("removing an upload's staging directory left in %s", session.name)
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
 def _lock_within(fd: int, seconds: float) -> None:
     """flock, but never waiting longer than `seconds`: a caller waiting for a session
     holds a thread, and a session busy for longer is better answered "try again"."""
@@ -210,6 +225,7 @@ class LocalSandboxes(Sandboxes):
             (self.root / private).mkdir(mode=0o700, exist_ok=True)
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
+        self._sweep_leftovers()
         terms = self.limits, self.sandbox_user, self.cgroup_parents
         self.warm = {
             "py": warm.Pool.start(True, config.warm_python, *terms),
@@ -217,6 +233,17 @@ class LocalSandboxes(Sandboxes):
         }
 
     named_sessions = True
+
+    def _sweep_leftovers(self) -> None:
+        """Before serving, what a crash (or a stop before the teardown) left: run cgroups,
+        uploads' staging directories, sessions half made, endings not finished; only of
+        processes that are gone (owners.py)."""
+        cgroups.sweep(self.cgroup_parents)
+        for entry in os.scandir(self.root):
+            if entry.name.startswith(_TOMBSTONE):
+                self._finish_ending(entry.name)
+            elif ids.is_session_id(entry.name) and not self._remove_if_half_made(Path(entry.path)):
+                _sweep_staging(Path(entry.path))
 
     def take_warm(self, program: Program) -> warm.Slot | None:
         """A run made ahead for this one, of the kind it wants: for py, forked from the
@@ -360,6 +387,23 @@ class LocalSandboxes(Sandboxes):
                 lease = self._lease_of(entry.name, Path(entry.path))
                 if lease is not None:
                     yield lease
+                else:
+                    self._remove_if_half_made(Path(entry.path))
+
+    def _remove_if_half_made(self, path: Path) -> bool:
+        try:
+            if (path / "lease.json").exists() or time.time() - path.stat().st_mtime < _HALF_MADE_SECONDS:
+                return False
+        except OSError:
+            return False
+        tomb = f"{_TOMBSTONE}{path.name}"
+        try:
+            path.rename(self.root / tomb)
+        except OSError:
+            return False
+        log.info("removing the session %s, half made (no lease)", path.name)
+        self._finish_ending(tomb)
+        return True
 
     def _finish_ending(self, tomb: str) -> None:
         """An ending that did not finish; one that fails again is logged, and the pass goes on."""
