@@ -10,11 +10,9 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -24,6 +22,7 @@ from codeexec import ids
 from codeexec.sandbox.local import btrfs, cgroups
 
 from .conftest import API_KEY
+from .helpers.processes import service
 from .serving import free_port
 
 pytestmark = [
@@ -36,33 +35,8 @@ pytestmark = [
 ]
 
 HEADERS = {"X-API-Key": API_KEY}
+WARM = {"WARM_PYTHON": "0", "WARM_SANDBOXES": "1", "RUN_TIMEOUT_SECONDS": "60"}
 STORED = {f"kept-{n}.txt": f"file {n}\n".encode() * 1000 for n in range(5)}
-
-
-@contextlib.contextmanager
-def service(sandbox_root: Path, port: int) -> Iterator[subprocess.Popen[str]]:
-    env = {
-        **os.environ, "SANDBOX_ROOT": str(sandbox_root), "CODE_EXEC_API_KEY": API_KEY, "PORT": str(port),
-        "WARM_PYTHON": "0", "WARM_SANDBOXES": "1", "RUN_TIMEOUT_SECONDS": "60",
-    }  # fmt: skip
-    process = subprocess.Popen(
-        [sys.executable, "-m", "codeexec.server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None and time.monotonic() < deadline, "the service did not start"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
 
 
 def made_by(pid: int) -> list[Path]:
@@ -95,7 +69,7 @@ def drip_upload(port: int) -> socket.socket:
 
 def test_a_start_after_kill_9_sweeps_what_the_crash_left_and_keeps_every_file(sandbox_root: Path) -> None:
     port = free_port()
-    with service(sandbox_root, port) as first:
+    with service(sandbox_root, port, WARM) as first:
         url = f"http://127.0.0.1:{port}/v1"
         with httpx.Client(base_url=url, headers=HEADERS, timeout=90) as client:
             stored = client.post("/upload/batch", files=[("files", (n, d)) for n, d in STORED.items()]).json()
@@ -122,7 +96,7 @@ def test_a_start_after_kill_9_sweeps_what_the_crash_left_and_keeps_every_file(sa
         os.close(root_fd)
     os.utime(sandbox_root / half_made, (time.time() - 120, time.time() - 120))
 
-    with service(sandbox_root, port) as second:
+    with service(sandbox_root, port, WARM) as second:
         assert made_by(first.pid) == []
         assert not any(path.exists() for path in staged) and list(sandbox_root.glob("*/staging-*")) == []
         assert not (sandbox_root / half_made).exists()

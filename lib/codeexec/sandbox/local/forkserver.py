@@ -382,14 +382,26 @@ def _program(ctl: socket.socket, handoff: socket.socket, interpret: Interpret, c
     try:
         resource.setrlimit(resource.RLIMIT_CPU, config.cpu)  # its clock started at its fork
         os.chdir("/mnt/data")  # the session's mount, which arrived after this process started
+        _default_signals()
         if "source" in run:
+            for ignored in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python ignores them at its start
+                signal.signal(ignored, signal.SIG_IGN)
             os._exit(interpret(run["source"], run["args"]))
-        for ignored in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python's subprocess restores them
-            signal.signal(ignored, signal.SIG_DFL)
         os.execv(run["argv"][0], run["argv"])  # noqa: S606  # the run's own command line
     except OSError as error:
         os.write(2, f"{error}\n".encode(errors="replace"))
     os._exit(127)
+
+
+def _default_signals() -> None:
+    """A run's signals are a new process's, whatever its server was started with or set
+    for itself: none blocked, none ignored (Python's own SIGINT handler stays, as in a
+    Python started for the run)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for number in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL, SIGSTOP
+            if signal.getsignal(number) == signal.SIG_IGN:
+                signal.signal(number, signal.SIG_DFL)
 
 
 def _quiet() -> None:
