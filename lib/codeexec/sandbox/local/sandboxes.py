@@ -18,7 +18,8 @@ limit is not idle).
 
 A cancel for a run in progress is always taken. One for a run that has not started (a
 cancel may overtake its call while that waits for its session) is kept a few minutes,
-and only so many at once: cancels of runs that never come cannot pile up.
+and only so many at once, for each caller and host-wide: cancels of runs that never come
+cannot pile up, and one caller's cannot crowd out another's.
 
 Ending a session is a rename to a tombstone name, then the subvolume's destruction: the
 rename is atomic, so a session is either whole and addressable or gone, never half there.
@@ -60,7 +61,10 @@ _CANCELS = ".cancel"
 # A cancel for no run in progress waits this long for its run, longer than a call waits
 # for its session; a run's own entry outlives no run. Both are swept after it.
 _CANCEL_KEPT_SECONDS = 300
-_PENDING_CANCELS = 256  # cancels waiting for a run at most, host-wide
+# Cancels waiting for a run at most: a caller's (its run keys share their first
+# characters), so that one caller's flood refuses no one else's; and host-wide.
+_PENDING_CANCELS_PER_CALLER = 32
+_PENDING_CANCELS = 4096
 
 
 @dataclass(frozen=True)
@@ -314,9 +318,9 @@ class LocalSandboxes(Sandboxes):
     def cancel(self, run_key: str) -> None:
         # The run, in whichever process, sees the marker at its next look (every 20 ms).
         marker = self._run_file(_CANCELS, run_key)
-        if not self._run_file(_RUNS, run_key).exists() and self._cancels_kept() >= _PENDING_CANCELS:
+        if not self._run_file(_RUNS, run_key).exists() and self._too_many_cancels(run_key):
             self._sweep_cancels()
-            if self._cancels_kept() >= _PENDING_CANCELS:
+            if self._too_many_cancels(run_key):
                 raise RateLimited("too many cancels wait for runs that have not started; try again later")
         marker.touch()
 
@@ -339,10 +343,16 @@ class LocalSandboxes(Sandboxes):
             raise ValueError("not a run key")
         return self.root / kind / run_key
 
-    def _cancels_kept(self) -> int:
-        """Markers on disk; those of runs in progress count too (there are few)."""
+    def _too_many_cancels(self, run_key: str) -> bool:
+        """Whether the markers on disk are at the caller's cap or the host's (those of runs
+        in progress count too: there are few)."""
+        caller = run_key[: ids.RUN_KEY_CALLER_CHARS]
+        kept = callers = 0
         with os.scandir(self.root / _CANCELS) as markers:
-            return sum(1 for _ in markers)
+            for marker in markers:
+                kept += 1
+                callers += marker.name.startswith(caller)
+        return callers >= _PENDING_CANCELS_PER_CALLER or kept >= _PENDING_CANCELS
 
     def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
         # Never waits: a session some call holds is busy, and the next pass tries again.
