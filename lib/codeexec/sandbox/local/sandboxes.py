@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -182,6 +183,20 @@ def _record_name(key: str) -> str:
     return key
 
 
+def _check_enterable(root: Path, user: tuple[int, int]) -> None:
+    """bwrap runs as the sandbox user and binds a session's directory beneath the root: a
+    directory on the way that user may not pass makes every run fail, each with an opaque
+    error. Refused at the start instead, with what to change."""
+    uid, gid = user
+    as_user = [bwrap.SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+    probe = [*as_user, "/usr/bin/test", "-x", str(root)]
+    if os.geteuid() == 0 and subprocess.run(probe, check=False).returncode != 0:  # noqa: S603
+        raise RuntimeError(
+            f"SANDBOX_ROOT {root} cannot be entered by the sandbox user (uid {uid}, gid {gid}), so no run could"
+            " start: let every directory above it be searched by others (chmod o+x), or choose a root elsewhere"
+        )
+
+
 def _sweep_staging(session: Path) -> None:
     """The staging directories of uploads whose process is gone."""
     with contextlib.suppress(OSError), os.scandir(session) as entries:
@@ -225,6 +240,7 @@ class LocalSandboxes(Sandboxes):
         self.storage = Storage.prepare(
             config.root, config.limits.max_session_bytes, config.sandbox_gid, config.image_bytes
         )
+        _check_enterable(config.root, self.sandbox_user)
         for private in (_RUNS, _CANCELS):
             (self.root / private).mkdir(mode=0o700, exist_ok=True)
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
