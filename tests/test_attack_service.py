@@ -459,7 +459,8 @@ def test_cancels_are_bounded_and_reach_every_run_they_may(api: httpx.Client, san
     cancel = "/v1/exec/programmatic/cancel"
     statuses = [api.post(cancel, json={"request_id": f"never-{i}"}).status_code for i in range(1200)]
     markers = len(os.listdir(sandbox_root / ".cancel"))
-    assert markers <= 256 and statuses.count(200) == markers and set(statuses) == {200, 429}
+    # One caller's cancels waiting for runs are capped (32), whatever others wait.
+    assert markers <= 32 and statuses.count(200) == markers and set(statuses) == {200, 429}
     # A run of the organization's server, for the user its body names: the key alone
     # (what the client sends on abort) still stops it, with the marker store full.
     request_id = "5c7a0f2d-8b64-4e1f-8b9f-1d2e3f4a5b6c"

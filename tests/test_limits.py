@@ -155,7 +155,7 @@ except RuntimeError:
 @pytest.mark.skipif(not HAS_CGROUPS, reason="this host has no memory and pids cgroups for us")
 def test_a_runs_cgroup_is_removed_after_it(client: TestClient) -> None:
     body = run(client, "print(open('/proc/self/cgroup').read())")
-    names = set(re.findall(r"/(codeexec-[0-9a-f]+)$", body["stdout"], re.MULTILINE))
+    names = set(re.findall(r"/(codeexec-[0-9.]+-[0-9a-f]+)$", body["stdout"], re.MULTILINE))
     (name,) = names  # the run was inside one, named alike in each hierarchy
     # Removed after the reply, off its path (a warm run's is, docs/isolation.md "Warm sandboxes").
     deadline = time.monotonic() + 5

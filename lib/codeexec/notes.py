@@ -28,6 +28,10 @@ def limit_hit(hit: LimitHit) -> str:
     return _SAID[kind].format(amount=amount, stream=hit.stream)
 
 
+def stopped_while_writing() -> str:
+    return "The files are listed as they were when the run was stopped: one it was still writing may be cut short."
+
+
 def not_available(name: str) -> str:
     return f'File "{name}" is not available: its session has ended or is not yours.'
 

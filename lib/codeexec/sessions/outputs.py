@@ -152,6 +152,8 @@ def report(
         if lists_inherited and where.path and (where.read_only or changes.untouched(where.path))
     ]
     limit_notes = [notes.limit_hit(hit) for hit in result.hits]
+    if written and any(hit.stopped for hit in result.hits):  # its files, as they were when it was cut
+        limit_notes.append(notes.stopped_while_writing())
     if len(written) + len(echoed) > max_files:
         limit_notes.append(notes.files_listed(max_files, len(written) + len(echoed)))
         left_out += [(f.path, "max_files") for f in written[max_files:]]

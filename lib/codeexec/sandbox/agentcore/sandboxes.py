@@ -208,7 +208,8 @@ class AgentCoreSandboxes(Sandboxes):
     def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
         # AgentCore takes a file's bytes whole, in one call: read them before any is sent,
         # so an oversized or misnamed upload never reaches (nor makes) a session.
-        blobs = [(path, _read_within(data, limit)) for path, data in files]
+        # A path that stays in the session's directory, whoever sent it (the VM checks again).
+        blobs = [(ids.file_path(path), _read_within(data, limit)) for path, data in files]
         if any(_reserved(path) for path, _ in blobs):
             raise BadRequest("file ids starting with '.' or 'log/' are reserved on this backend")
         session = self._landing(placement)

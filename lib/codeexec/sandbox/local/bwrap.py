@@ -224,6 +224,13 @@ def _nice_argv(nice: int) -> list[str]:
     return ["/usr/bin/nice", "-n", str(nice)] if nice else []
 
 
+# A run's signals are a new process's, whatever the service inherited (started as a
+# script's background job, it ignores SIGINT and SIGQUIT, and an exec keeps what is
+# ignored and blocked): coreutils' env sets every disposition to its default and unblocks
+# every signal, then execs the rest.
+DEFAULT_SIGNALS = ["/usr/bin/env", "--default-signal"]
+
+
 @dataclass
 class Sandbox:
     proc: subprocess.Popen[bytes]
@@ -318,7 +325,7 @@ def _launch(
     try:
         bwrap = shutil.which("bwrap") or "bwrap"
         proc = subprocess.Popen(
-            [*_nice_argv(nice), *_setpriv_argv(as_user), bwrap, "--args", str(args_fd), "--", *argv],
+            [*DEFAULT_SIGNALS, *_nice_argv(nice), *_setpriv_argv(as_user), bwrap, "--args", str(args_fd), "--", *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
