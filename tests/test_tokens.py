@@ -18,8 +18,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from pydantic import ValidationError
 
+from codeexec.bearer_tokens import InvalidToken, KeysUnavailable, TokenVerifier
 from codeexec.settings import Settings
-from codeexec.tokens import InvalidToken, KeysUnavailable, TokenVerifier
 
 from .helpers.tokens import AUDIENCE, ISSUER, Issuer
 

@@ -22,10 +22,10 @@ import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from .bearer_tokens import Identity, InvalidToken, TokenVerifier
 from .errors import Unauthorized
 from .sandbox.port import Owner
 from .settings import Settings
-from .tokens import Identity, InvalidToken, TokenVerifier
 
 DOCS_PAGE = "docs/librechat.md"  # the page that sets up both sides
 

@@ -148,7 +148,7 @@ class Settings(BaseSettings):
     @classmethod
     def _usable_public_key(cls, value: str | None) -> str | None:
         if value and value.strip():
-            from .tokens import given_keys  # PyJWT only for a deployment that checks tokens
+            from .bearer_tokens import given_keys  # PyJWT only for a deployment that checks tokens
 
             given_keys(value)  # a ValueError names the variable and what is wrong
             return value

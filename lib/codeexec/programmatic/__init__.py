@@ -16,7 +16,7 @@ What a continuation needs is split by who can be trusted with it:
   backend with the round that runs it, where no program writes it (port.Keep), and its
   digest goes into the token: a record a program rewrote (on AgentCore it lives in the
   VM) does not verify, and the continuation is a 409;
-- the token (tokens.py), signed and bound to the caller, carries the rest: the round it
+- the token (continuations.py), signed and bound to the caller, carries the rest: the round it
   continues, the calls so far, the calls that round asked for, and the client's time
   limit, which each round caps with RUN_TIMEOUT_SECONDS. A spent token finds a later
   record; two continuations of one round cannot both run (the backend compares the record
@@ -43,7 +43,7 @@ from ..sandbox.port import Input, Keep, Limit, Placement, Run, RunResult, record
 from ..sessions import Report, Sessions, inputs, placement
 from ..sessions.access import landing
 from ..wire import ProgrammaticRequest
-from .tokens import Claims, Tokens
+from .continuations import Claims, Tokens
 from .tools import tools_from
 from .workflow import MAX_CALLS, MAX_ROUNDS, Workflow
 

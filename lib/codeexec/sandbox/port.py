@@ -320,7 +320,7 @@ class SendTo:
 
 
 # A run slot of the service's admission, entered once a run holds its session.
-Slot = Callable[[], AbstractContextManager[None]]
+RunSlot = Callable[[], AbstractContextManager[None]]
 
 
 class Sandboxes(ABC):
@@ -347,7 +347,7 @@ class Sandboxes(ABC):
     # -- coarse operations ------------------------------------------------------------------
 
     @abstractmethod
-    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
         """Place the session, take its hold, then the run `slot` (a call waiting for its
         session holds none), bring the inputs in, run, and report the result with what
         changed; inputs that cannot be placed are reported, not fatal. Inputs `carried`

@@ -23,7 +23,7 @@ from ..auth import Caller
 from ..errors import BadRequest
 from ..languages import canonical
 from ..large_files import LargeFiles
-from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, Sandboxes, SendTo, Slot
+from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, RunSlot, Sandboxes, SendTo
 from ..wire import ExecRequest, RunRequest
 from . import inputs, outputs, placement
 from .access import changing, reading, run_key
@@ -69,7 +69,7 @@ class Sessions:
         sandboxes: Sandboxes,
         limits: SessionLimits,
         large_files: LargeFiles | None = None,
-        run_slot: Slot = contextlib.nullcontext,
+        run_slot: RunSlot = contextlib.nullcontext,
     ) -> None:
         self.sandboxes = sandboxes
         self.limits = limits

@@ -87,9 +87,9 @@ from ..port import (
     Ran,
     Run,
     RunResult,
+    RunSlot,
     Sandboxes,
     SendTo,
-    Slot,
 )
 from . import session_ids
 from .api import AgentCoreApi, TimedOut
@@ -185,7 +185,7 @@ class AgentCoreSandboxes(Sandboxes):
 
     # -- the coarse operations ---------------------------------------------------------------
 
-    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
         self.check_language(run.program.lang)
         with slot():  # around every call: AgentCore holds the session inside the run's own
             session = self._landing(run.placement)

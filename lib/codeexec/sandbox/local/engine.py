@@ -39,9 +39,9 @@ from ..port import (
     Ran,
     Run,
     RunResult,
+    RunSlot,
     Sandboxes,
     SendTo,
-    Slot,
     record_digest,
 )
 
@@ -96,7 +96,7 @@ class ComposedSandboxes(Sandboxes):
     """The port's coarse operations, composed of a subclass's fine steps: `create` and
     `open` (and the reaper's operations, which are the backend's own)."""
 
-    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
         self.check_language(run.program.lang)  # the runner's server answers calls no session layer saw
         with self._held(run.placement, slot) as (sandbox, created):
             placed = self._place_inputs(sandbox, run, carried)
@@ -161,7 +161,7 @@ class ComposedSandboxes(Sandboxes):
         While the context is open the reaper does not end the sandbox."""
 
     @contextlib.contextmanager
-    def _held(self, placement: Placement, slot: Slot = contextlib.nullcontext) -> Iterator[tuple[Sandbox, bool]]:
+    def _held(self, placement: Placement, slot: RunSlot = contextlib.nullcontext) -> Iterator[tuple[Sandbox, bool]]:
         """The sandbox a placement names, open and held, with `slot` taken, and whether it
         was made for this call. One made for a call that fails is ended at once: nobody
         learnt its id, and it would hold nothing."""

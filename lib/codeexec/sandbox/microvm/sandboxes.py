@@ -53,9 +53,9 @@ from ..port import (
     Placement,
     Ran,
     Run,
+    RunSlot,
     Sandboxes,
     SendTo,
-    Slot,
 )
 from ..runner import RunnerClient, RunnerPort, call_seconds
 from . import vm_ids
@@ -123,7 +123,7 @@ class MicrovmSandboxes(Sandboxes):
 
     # -- the coarse operations: one request to the session's VM -------------------------------
 
-    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
         """In the first candidate VM that admits the caller, else in a new one. Inputs of
         other sessions are other VMs': read once per origin, streamed into the run."""
         where = run.placement
@@ -177,7 +177,7 @@ class MicrovmSandboxes(Sandboxes):
         with self._port(session_id) as port:
             return port.read_record(session_id, access, key)
 
-    def _run_in(self, session_id: str, run: Run, slot: Slot, new: bool = False) -> Ran:
+    def _run_in(self, session_id: str, run: Run, slot: RunSlot, new: bool = False) -> Ran:
         if new:
             here = replace(run, placement=_made_in(run.placement, session_id))
         else:

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from ... import ids
 from ...errors import SessionNotFound, TooLarge
-from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, SendTo, Slot
+from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, RunSlot, SendTo
 from . import protocol
 from .client import ResponseReader, RunnerClient
 
@@ -43,7 +43,7 @@ class RunnerPort:
     def __init__(self, client: RunnerClient) -> None:
         self.client = client
 
-    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
         frames = itertools.chain(
             [(protocol.run_json(run), None)],
             (({"index": c.index, "found": c.found, "read_only": c.read_only}, c.reader) for c in carried),
