@@ -101,7 +101,8 @@ runner: install ## the sandbox port over HTTP on 127.0.0.1:8080, for SANDBOX_BAC
 	RUNNER_KEY=$${RUNNER_KEY} $(BIN)/python -m codeexec.runner
 
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
-# the environment's disk, install and import costs, one reaper pass over 10,000 leases, the
+# what each library family costs a warm server
+# (warm_bench.py), the environment's disk, install and import costs, one reaper pass over 10,000 leases, the
 # service under more than it takes on, one user beside another that keeps every run it may
 # going (fairness_bench.py), the round trips a call makes to a runner 25 ms away (a
 # delaying proxy on loopback), and a fleet of three runners against one (fleet_bench.py). It also
@@ -115,6 +116,7 @@ bench: install ## the benchmark figures (docs/performance.md; BENCH_ARGS=--quick
 	  $$py -m venv $(BENCH312) && $(BENCH312)/bin/pip install -q -r lib/requirements.txt -e lib; }
 	$(BIN)/python bench/bench.py $(BENCH_ARGS) $$([ -x $(BENCH312)/bin/python ] && echo --python $(BENCH312)/bin/python)
 	$(BIN)/python bench/interpreters_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/warm_bench.py
 	$(BIN)/python bench/environment_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/reaper_bench.py
 	$(BIN)/python bench/load_bench.py
