@@ -42,7 +42,7 @@ PRINT_ONE = {"py": "print(1)", "js": "console.log(1)", "bash": "echo 1"}
 TIMEOUT = 30.0
 THROUGHPUT_SLOTS = 32  # more than the 16 at once measured: no 429 in a throughput figure
 # The Lambda handler's figures: on Lambda the backend is never `local`, and keeps no sandboxes.
-NO_WARM = {"WARM_PYTHON": "0", "WARM_SANDBOXES": "0"}
+NO_WARM = {"WARM_PYTHON": "0", "WARM_SANDBOXES": "0", "WARM_SCIENTIFIC": "0"}
 OWNER = Owner("bench")
 Call = Callable[[], None]
 
@@ -51,14 +51,17 @@ Call = Callable[[], None]
 
 
 @contextmanager
-def service(root: Path, key: str, warm: int = 0, runs: int | None = None) -> Iterator[tuple[str, int]]:
+def service(
+    root: Path, key: str, warm: int = 0, runs: int | None = None, scientific: int | None = None
+) -> Iterator[tuple[str, int]]:
     """The embedded server as a subprocess; yields (base URL ending in /v1, its pid).
-    Cold runs unless told (interpreters_bench.py measures warm ones); `runs` run slots, to
+    Cold runs unless told (interpreters_bench.py measures warm ones: `warm` runs made ahead
+    of each kind, `scientific` of the scientific kind when it differs); `runs` run slots, to
     measure throughput rather than admission (load_bench.py measures that)."""
     port = _free_port()
     env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "CODE_EXEC_API_KEY": key,
            "SANDBOX_BACKEND": "local", "SANDBOX_ROOT": str(root), "WARM_PYTHON": str(warm),
-           "WARM_SANDBOXES": str(warm)}  # fmt: skip
+           "WARM_SANDBOXES": str(warm), "WARM_SCIENTIFIC": str(warm if scientific is None else scientific)}  # fmt: skip
     if runs is not None:
         env["MAX_CONCURRENT_RUNS"] = str(runs)
     base = f"http://127.0.0.1:{port}"
@@ -108,7 +111,8 @@ def bare_call(stack: ExitStack, root: Path, lang: str) -> Call:
     """One run of `lang`'s print(1) in a leased sandbox, straight through the port: the
     very program the service hands the backend."""
     settings = Settings(
-        sandbox_root=root / "bare", code_exec_api_key=SecretStr("unused"), warm_python=0, warm_sandboxes=0
+        sandbox_root=root / "bare", code_exec_api_key=SecretStr("unused"), warm_python=0, warm_sandboxes=0,
+        warm_scientific=0,
     )
     sandboxes = make_sandboxes(settings)
     sandbox = stack.enter_context(sandboxes.create(OWNER.tag()))

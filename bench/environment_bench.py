@@ -206,7 +206,9 @@ print((time.perf_counter() - start) * 1000)
 def import_table(runs: int) -> None:
     print(f"\nimport in a cold sandboxed run, ms (median of {runs})")
     with sandbox_root() as root:
-        settings = Settings(sandbox_root=root, code_exec_api_key=SecretStr("k"), warm_python=0, warm_sandboxes=0)
+        settings = Settings(
+            sandbox_root=root, code_exec_api_key=SecretStr("k"), warm_python=0, warm_sandboxes=0, warm_scientific=0
+        )
         client = TestClient(create_app(settings), headers={"X-API-Key": "k"})
         for name in zygote.PRELOADED:
             found = []

@@ -42,7 +42,7 @@ def runner(index: int, key: str) -> Iterator[tuple[str, int]]:
     url = f"http://127.0.0.1:{port}"
     with sandbox_root() as root:
         env = {"RUNNER_KEY": key, "RUNNER_PORT": str(port), "RUNNER_INDEX": str(index), "SANDBOX_ROOT": str(root),
-               "WARM_PYTHON": "0", "WARM_SANDBOXES": "0"}  # fmt: skip
+               "WARM_PYTHON": "0", "WARM_SANDBOXES": "0", "WARM_SCIENTIFIC": "0"}  # fmt: skip
         with process([sys.executable, "-m", "codeexec.runner"], env, url) as pid:
             yield url, pid
 

@@ -146,7 +146,7 @@ def main() -> None:
     with sandbox_root() as root, contextlib.ExitStack() as stack:
         runner = f"http://127.0.0.1:{runner_port}"
         runner_env = {"RUNNER_KEY": runner_key, "RUNNER_PORT": str(runner_port), "SANDBOX_ROOT": str(root),
-                      "WARM_PYTHON": "0", "WARM_SANDBOXES": "0"}  # fmt: skip
+                      "WARM_PYTHON": "0", "WARM_SANDBOXES": "0", "WARM_SCIENTIFIC": "0"}  # fmt: skip
         stack.enter_context(process([sys.executable, "-m", "codeexec.runner"], runner_env, runner))
         proxy = stack.enter_context(delaying_proxy(runner_port, args.delay_ms / 1e3))
         clients = [

@@ -42,7 +42,7 @@ CODEEXEC_TEST_BACKEND = os.environ.get("CODEEXEC_TEST_BACKEND", "local")
 WARM_PYTHON = int(os.environ.get("CODEEXEC_TEST_WARM", "0"))
 # Every Settings() a test makes, and every service it starts, keeps as many: a pool no
 # fixture closes would keep its interpreters (about 150 MB each) to the end of the session.
-os.environ["WARM_PYTHON"] = os.environ["WARM_SANDBOXES"] = str(WARM_PYTHON)
+os.environ["WARM_PYTHON"] = os.environ["WARM_SANDBOXES"] = os.environ["WARM_SCIENTIFIC"] = str(WARM_PYTHON)
 
 
 # One btrfs filesystem for every test's sandbox root (the local backend's storage needs
@@ -99,6 +99,7 @@ def settings(sandbox_root: Path) -> Settings:
         max_concurrent_runs=8,
         warm_python=WARM_PYTHON,
         warm_sandboxes=WARM_PYTHON,
+        warm_scientific=WARM_PYTHON,
     )
 
 

@@ -54,7 +54,7 @@ class HostRunner:
         env = {
             "PATH": os.environ["PATH"], "RUNNER_KEY": RUNNER_KEY, "RUNNER_HOST": self.host.address,
             "RUNNER_PORT": str(PORT), "RUNNER_INDEX": str(self.host.index), "SANDBOX_ROOT": str(self.root),
-            "SANDBOX_UID": uid, "SANDBOX_GID": uid, "WARM_PYTHON": "0", "WARM_SANDBOXES": "0",
+            "SANDBOX_UID": uid, "SANDBOX_GID": uid, "WARM_PYTHON": "0", "WARM_SANDBOXES": "0", "WARM_SCIENTIFIC": "0",
             "IDLE_TIMEOUT_SECONDS": str(IDLE_SECONDS), "REAP_INTERVAL_SECONDS": "1",
         }  # fmt: skip
         self.process = self.host.start([sys.executable, "-m", "codeexec.runner"], env)

@@ -30,7 +30,7 @@ INTERRUPTED = (
     "import os, signal\nprint('started', flush=True)\nos.kill(os.getpid(), signal.SIGINT)\nprint('not interrupted')"
 )
 
-KINDS = {"cold": {"WARM_PYTHON": "0", "WARM_SANDBOXES": "0"}}
+KINDS = {"cold": {"WARM_PYTHON": "0", "WARM_SANDBOXES": "0", "WARM_SCIENTIFIC": "0"}}
 if os.geteuid() == 0 and "memory" in cgroups.detect():
     KINDS["warm"] = {"WARM_PYTHON": "1", "WARM_SANDBOXES": "1"}
 

@@ -40,6 +40,7 @@ def _local(settings: Settings) -> Sandboxes:
             image_bytes=settings.sandbox_image_bytes,
             warm_python=settings.warm_python,
             warm_sandboxes=settings.warm_sandboxes,
+            warm_scientific=settings.warm_scientific,
             # The longest run (compilers get at least a minute), and a little more.
             hold_wait_seconds=max(settings.run_timeout_seconds, 60) + 15,
             runner_index=settings.fleet_index(),

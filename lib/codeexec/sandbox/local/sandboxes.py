@@ -81,6 +81,7 @@ class LocalConfig:
     image_bytes: int = 0  # the btrfs image made where SANDBOX_ROOT has none (0: from free space)
     warm_python: int = 0  # runs made ahead from the interpreter with the libraries (warm.py)
     warm_sandboxes: int = 0  # runs made ahead from a bare interpreter, for any language
+    warm_scientific: int = 0  # runs made ahead from the interpreter with SciPy, seaborn, sklearn, statsmodels
     # How long a call waits for a session another holds: beyond the longest run.
     hold_wait_seconds: float = 75.0
     # This host's index in a fleet of runners (RUNNER_INDEX): the mark its new sessions'
@@ -253,8 +254,9 @@ class LocalSandboxes(ComposedSandboxes):
         self._sweep_leftovers()
         terms = self.limits, self.sandbox_user, self.cgroup_parents
         self.warm = {
-            "py": warm.Pool.start(True, config.warm_python, *terms),
-            "bare": warm.Pool.start(False, config.warm_sandboxes, *terms),
+            "py": warm.Pool.start("py", config.warm_python, *terms),
+            "scientific": warm.Pool.start("scientific", config.warm_scientific, *terms),
+            "bare": warm.Pool.start("bare", config.warm_sandboxes, *terms),
         }
 
     named_sessions = True
@@ -272,12 +274,15 @@ class LocalSandboxes(ComposedSandboxes):
 
     def take_warm(self, program: Program) -> warm.Slot | None:
         """A run made ahead for this one, of the kind it wants: for py, forked from the
-        interpreter with the libraries it names, else from the bare one, where any other
-        language runs by exec. With none of its kind ready, one forked now (a fork costs
-        less than the imports the other kind would make), else one of the other kind."""
+        interpreter with the libraries it names (the scientific one for SciPy, seaborn,
+        sklearn or statsmodels), else from the bare one, where any other language runs by
+        exec. With none of its kind ready, one forked now (a fork costs less than the
+        imports the other kind would make), else one of another kind."""
         order = ["bare"]
-        if program.lang == "py":
-            order = ["py", "bare"] if warm.wants_preloaded(program.code) else ["bare", "py"]
+        if program.lang == "py" and warm.wants_scientific(program.code):
+            order = ["scientific", "py", "bare"]
+        elif program.lang == "py":
+            order = ["py", "scientific", "bare"] if warm.wants_preloaded(program.code) else ["bare", "py", "scientific"]
         pools = [pool for name in order if (pool := self.warm[name])]
         if not pools:
             return None

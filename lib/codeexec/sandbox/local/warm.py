@@ -1,11 +1,12 @@
 """Warm sandboxes: runs made ahead, each a fork of a long-lived interpreter.
 
-Two kinds of fork server (forkserver.py, zygote.py), a pool of runs made ahead for each:
+Three kinds of fork server (forkserver.py, zygote.py), a pool of runs made ahead for each:
 an **interpreter** that has imported numpy, pandas and matplotlib and drawn a figure, for
-py runs that name them; a **bare** one, Python started and nothing imported, for other
-py runs and, by exec, for every other language (the namespaces, mounts and cgroup made
-ahead are most of a cold start that is not the language's own). A refill costs a fork,
-never a new interpreter and its imports.
+py runs that name them; a **scientific** one that has also imported SciPy, seaborn,
+scikit-learn and statsmodels, for py runs that name those; a **bare** one, Python
+started and nothing imported, for other py runs and, by exec, for every other language
+(the namespaces, mounts and cgroup made ahead are most of a cold start that is not the
+language's own). A refill costs a fork, never a new interpreter and its imports.
 
 A server lives in a bubblewrap sandbox of its own, made as a cold run's (no network,
 /usr read-only, the sandbox uid), with the capabilities it needs inside its own user
@@ -85,11 +86,15 @@ def _may_renice() -> bool:
 
 _REFILL_NICE = 10 if _may_renice() else 0
 
+# The kinds of server, and what each is told to load (zygote.py).
+_SERVER_FLAGS = {"py": (), "scientific": ("--scientific",), "bare": ("--bare",)}
+KINDS = tuple(_SERVER_FLAGS)
+
 
 class Server:
     """One fork server: zygote.py in a sandbox of its own, which forks runs made ahead."""
 
-    def __init__(self, preload: bool, limits: Limits, as_user: tuple[int, int], parents: Mapping[str, cgroups.Parent]):
+    def __init__(self, kind: str, limits: Limits, as_user: tuple[int, int], parents: Mapping[str, cgroups.Parent]):
         self.born = time.monotonic()
         self.forked = 0  # the runs made from it
         self._lock = threading.Lock()
@@ -107,7 +112,7 @@ class Server:
                     # The CPU limit is each run's own: the server's imports spend none of it.
                     *limits.prlimit_argv(cgroup.controllers, cpu=False),
                     "/usr/bin/python3", "-s", f"{CODE_DIR}/zygote.py", "--control", str(theirs.fileno()),
-                    *([] if preload else ["--bare"]),
+                    *_SERVER_FLAGS[kind],
                 ]  # fmt: skip
                 self.sandbox = self._stack.enter_context(
                     bwrap.sandbox(
@@ -364,7 +369,7 @@ class _Forked:
 
 # bwrap --die-with-parent ends a server when the THREAD that started it ends: servers are
 # started by one that lives as long as the process (an executor's would end before atexit).
-_ServerTerms = tuple[bool, Limits, tuple[int, int], Mapping[str, cgroups.Parent]]
+_ServerTerms = tuple[str, Limits, tuple[int, int], Mapping[str, cgroups.Parent]]
 _starts: queue.SimpleQueue[tuple[Future[Server], _ServerTerms]] = queue.SimpleQueue()
 
 
@@ -396,13 +401,14 @@ def _end_slots() -> None:
 
 
 class Pool:
-    """Up to `size` runs made ahead, refilled in the background from one server."""
+    """Up to `size` runs made ahead, refilled in the background from one server of its
+    kind (KINDS)."""
 
     def __init__(
-        self, preload: bool, size: int, limits: Limits, as_user: tuple[int, int],
+        self, kind: str, size: int, limits: Limits, as_user: tuple[int, int],
         parents: Mapping[str, cgroups.Parent],
     ) -> None:  # fmt: skip
-        self.preload = preload
+        self.kind = kind
         self.size = size
         self.taken = 0  # how many runs it served (for tests and benchmarks)
         self._limits, self._as_user, self._parents = limits, as_user, parents
@@ -414,12 +420,11 @@ class Pool:
         self.closed = False
         self._failures = 0
         self._wanted.set()
-        name = "warm-interpreter" if preload else "warm-bare"
-        threading.Thread(target=self._refill, name=name, daemon=True).start()
+        threading.Thread(target=self._refill, name=f"warm-{kind}", daemon=True).start()
 
     @classmethod
     def start(
-        cls, preload: bool, size: int, limits: Limits, as_user: tuple[int, int],
+        cls, kind: str, size: int, limits: Limits, as_user: tuple[int, int],
         parents: Mapping[str, cgroups.Parent],
     ) -> Pool | None:  # fmt: skip
         """A pool, or None where runs cannot be made ahead as strong as cold ones."""
@@ -433,13 +438,13 @@ class Pool:
         except OSError as error:
             log.warning("warm sandboxes are off: no detached mounts here (open_tree: %s)", error.strerror)
             return None
-        if preload and "memory" not in parents:
+        if kind != "bare" and "memory" not in parents:
             # The address-space limit that stands in would count the libraries. A bare
             # server's runs hold it as cold runs do: it is the server's, and each fork's.
             log.warning("warm sandboxes with the libraries are off: no memory cgroup")
             return None
         _start_threads()
-        pool = cls(preload, size, limits, as_user, parents)
+        pool = cls(kind, size, limits, as_user, parents)
         _pools.append(pool)
         return pool
 
@@ -535,7 +540,7 @@ class Pool:
 
     def _start_server(self) -> Future[Server]:
         started: Future[Server] = Future()
-        _starts.put((started, (self.preload, self._limits, self._as_user, self._parents)))
+        _starts.put((started, (self.kind, self._limits, self._as_user, self._parents)))
         return started
 
     def _replaced(self, started: Future[Server]) -> None:
@@ -560,8 +565,16 @@ _PRELOADED_USERS = re.compile(
 )
 
 
+# ... and one that names one of zygote.SCIENTIFIC, the scientific one.
+_SCIENTIFIC_USERS = re.compile(r"\b(scipy|seaborn|sklearn|statsmodels)\b")
+
+
 def wants_preloaded(code: str) -> bool:
     return _PRELOADED_USERS.search(code) is not None
+
+
+def wants_scientific(code: str) -> bool:
+    return _SCIENTIFIC_USERS.search(code) is not None
 
 
 _pools: list[Pool] = []

@@ -1,7 +1,8 @@
 """A warm Python interpreter, the fork server's (forkserver.py), as it runs INSIDE its sandbox.
 
 Started by warm.py in a sandbox of its own, it imports what users import (PRELOADED) and
-draws a first figure, or with --bare nothing at all; what that made is frozen out of the
+draws a first figure, with --scientific the heavier families too (SCIENTIFIC), or with
+--bare nothing at all; what that made is frozen out of the
 garbage collector and laid in huge pages; then it serves. Each run is a fork of it that
 became a sandbox of its own (forkserver.py), and runs its Python program here, as
 `python3 -s source args...` would, but without starting an interpreter or importing
@@ -23,13 +24,16 @@ import sys
 import threading
 import traceback
 
-# Chosen by measurement (docs/libraries.md): what most programs import. scipy.stats,
-# seaborn, sklearn and statsmodels would save 0.5 to 0.8 s for the few programs that use them,
-# and cost every fork server 60 to 100 MB more, and every run's page tables; they import on demand.
+# Chosen by measurement (docs/performance.md, bench/warm_bench.py): what most programs import.
 PRELOADED = ("numpy", "pandas", "matplotlib.pyplot", "openpyxl")  # pyplot loads the font cache
+# A second server's (--scientific), for the fewer programs that name them: on top of
+# PRELOADED they cost a server about 150 MB and each fork and exit 1.5 ms more, which the
+# first server's runs (pandas, a chart) do not pay; each saves its program 0.4 to 1 s.
+SCIENTIFIC = ("scipy.stats", "seaborn", "sklearn.linear_model", "sklearn.model_selection", "sklearn.ensemble",
+              "sklearn.metrics", "statsmodels.api", "statsmodels.formula.api")  # fmt: skip
 
 
-def preload() -> None:
+def preload(scientific: bool = False) -> None:
     # What a cold run would print while importing (a warning, a cache being built) is
     # nobody's output: stdout and stderr go nowhere until the program starts.
     saved = os.dup(1), os.dup(2)
@@ -38,7 +42,7 @@ def preload() -> None:
     os.dup2(devnull, 2)
     try:
         importlib.import_module("matplotlib").use("Agg")
-        for name in PRELOADED:
+        for name in PRELOADED + (SCIENTIFIC if scientific else ()):
             importlib.import_module(name)
         _draw_once()
     except ImportError:
@@ -160,7 +164,7 @@ def main() -> None:
     forkserver = importlib.import_module("forkserver")
     forkserver.own_pid_namespace()
     if "--bare" not in sys.argv[1:]:  # a bare interpreter has started Python, nothing more
-        preload()
+        preload("--scientific" in sys.argv[1:])
     config = forkserver.load_config()
     _generators.extend(find_generators())
     # What the imports made is never garbage: the runs' collections skip it, and so never
