@@ -7,20 +7,23 @@ The sides:
   nothing of the service's (no cgroup, no seccomp, no limits, no session, no HTTP): the
   floor any sandboxed launch of python3 stands on, and the unit of every latency ratio;
 - warm: the whole service over HTTP (`POST /v1/exec`, a new session each call), with
-  warm sandboxes (WARM_PYTHON, WARM_SANDBOXES);
+  warm sandboxes (WARM_PYTHON, WARM_SANDBOXES, WARM_SCIENTIFIC);
 - cold: the same service with none, what every run was before (throughput's unit).
 
 Latency is taken back to back, at one caller and at four, and at a chat's pace (one
 caller, a pause after each pair, so the pools are full when a call comes): each caller
 alternates a call to the service and a plain print(1) launch, so the plain launch runs on
 the same machine as the service and the ratios cancel the machine's noise. The programs:
-print(1), a pandas sum, a matplotlib chart saved as PNG, and hello worlds in js and
-bash. Throughput is taken at four callers, back to back, warm against cold.
+print(1), a pandas sum, a matplotlib chart saved as PNG, a seaborn chart, a scikit-learn
+fit, a statsmodels OLS, a scipy.stats call, and hello worlds in js and bash. Throughput is
+taken at four callers, back to back, warm against cold; last, the host's memory at rest
+with every server ready, without and with the scientific server.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import shutil
@@ -30,6 +33,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from pathlib import Path
 
 import httpx
 from roots import sandbox_root
@@ -46,11 +50,32 @@ PROGRAMS = {
         "print('saved')",
         "saved\n",
     ),
+    "seaborn chart": (
+        "py",
+        "import matplotlib.pyplot as plt\nimport seaborn as sns\nsns.barplot(x=['a', 'b', 'c'], y=[1, 3, 2])\n"
+        "plt.savefig('bar.png')\nprint('saved')",
+        "saved\n",
+    ),
+    "sklearn fit": (
+        "py",
+        "import numpy as np\nfrom sklearn.linear_model import LinearRegression\nx = np.arange(20.0).reshape(-1, 1)\n"
+        "print(round(LinearRegression().fit(x, 2 * x.ravel() + 1).coef_[0], 3))",
+        "2.0\n",
+    ),
+    "statsmodels OLS": (
+        "py",
+        "import numpy as np\nimport statsmodels.api as sm\nx = np.arange(20.0)\n"
+        "print(round(sm.OLS(2 * x + 1, sm.add_constant(x)).fit().params[1], 3))",
+        "2.0\n",
+    ),
+    "scipy.stats": ("py", "from scipy import stats\nprint(round(stats.norm.cdf(0), 2))", "0.5\n"),
     "js console.log": ("js", "console.log(1)", "1\n"),
     "bash echo": ("bash", "echo 1", "1\n"),
 }
 # The issue's targets, against the plain print(1)'s p50 (print(1) runs in the bare server).
-TARGETS = {"print(1)": 0.5, "pandas sum": 1.5, "matplotlib PNG": 3.0}
+# The families of the scientific server (issue 36): seaborn 3x, scikit-learn and statsmodels 1.5x, scipy.stats 1x.
+TARGETS = {"print(1)": 0.5, "pandas sum": 1.5, "matplotlib PNG": 3.0, "seaborn chart": 3.0, "sklearn fit": 1.5,
+           "statsmodels OLS": 1.5, "scipy.stats": 1.0}  # fmt: skip
 Call = Callable[[], None]
 
 PLAIN = [
@@ -114,14 +139,16 @@ def back_to_back(calls: list[Call], rounds: int, pause: float = 0.0) -> tuple[li
     return service, plain
 
 
-def latency_table(url: str, key: str, rounds: int, stack: ExitStack) -> dict[str, str]:
+def latency_table(url: str, key: str, rounds: int, stack: ExitStack, only: list[str]) -> dict[str, str]:
     print(f"\nlatency, ms: each caller alternates a warm call and a plain print(1), {rounds} of each back to back,")
     print(f"{rounds // 4} at a chat's pace (one caller, {CHAT_PAUSE:g} s after each pair)")
     print(f"{'program':<16}{'callers':>8}{'p50':>8}{'p99':>8}{'p99/p50':>9}{'plain p50':>11}{'p50/plain':>11}")
     main = {}
-    for callers, pause in ((1, 0.0), (4, 0.0), (1, CHAT_PAUSE)):
+    for callers, pause in ((1, 0.0),) if only else ((1, 0.0), (4, 0.0), (1, CHAT_PAUSE)):
         name, side = ("chat", "chat") if pause else (str(callers), f"c{callers}")  # column, summary
         for label, program in PROGRAMS.items():
+            if only and label not in only:
+                continue
             calls = [service_call(stack.enter_context(_client(url, key)), *program) for _ in range(callers)]
             times, plain = back_to_back(calls, max(rounds // (4 if pause else callers), 8), pause)
             p50, p99, plain50 = pct(times, 50), pct(times, 99), pct(plain, 50)
@@ -147,6 +174,37 @@ def throughput_table(
     return main
 
 
+def memory_at_rest(pid: int) -> float:
+    """MiB: the proportional set size of the service and every process under it (its
+    fork servers and runs made ahead), what the host gives it at rest."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        each = todo.pop()
+        todo.extend(children.get(each, []))
+        with contextlib.suppress(OSError):
+            rollup = Path(f"/proc/{each}/smaps_rollup").read_text()
+            total += next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:"))
+    return total / 1024
+
+
+def memory_table(key: str, warm: int, scientific: int) -> dict[str, str]:
+    """The host's memory at rest, every server ready, without and with the scientific server."""
+    print(f"\nmemory at rest, MiB (PSS of the service and its processes, {warm} runs made ahead of each kind)")
+    main = {}
+    for side, count in (("without scientific", 0), ("with scientific", scientific)):
+        with sandbox_root() as root, service(root, key, warm=warm, scientific=count) as (_, pid):
+            time.sleep(20)  # every server imported, every pool full
+            mib = memory_at_rest(pid)
+        print(f"{side:<20}{mib:8.0f}")
+        main[f"memory {side}"] = f"{mib:.0f} MiB"
+    return main
+
+
 def _client(url: str, key: str) -> httpx.Client:
     return httpx.Client(base_url=url, headers={"X-API-Key": key}, timeout=TIMEOUT)
 
@@ -155,15 +213,23 @@ def run(args: argparse.Namespace) -> None:
     key = secrets.token_urlsafe(24)
     print(f"machine: {machine()}; load average at start {os.getloadavg()[0]:.2f}")
     with sandbox_root() as warm_root, sandbox_root() as cold_root, ExitStack() as stack:
-        warm_url, _ = stack.enter_context(service(warm_root, key, warm=args.warm, runs=THROUGHPUT_SLOTS))
+        warm_url, _ = stack.enter_context(
+            service(warm_root, key, warm=args.warm, runs=THROUGHPUT_SLOTS, scientific=args.scientific)
+        )
         cold_url, _ = stack.enter_context(service(cold_root, key, runs=THROUGHPUT_SLOTS))
         time.sleep(3)  # the warm service's servers, as a deployment has them after its start
-        main = latency_table(warm_url, key, args.calls, stack)
-        main |= throughput_table({"warm": warm_url, "cold": cold_url}, key, args.tput_calls, args.tput_seconds, stack)
+        main = latency_table(warm_url, key, args.calls, stack, args.only)
+        if not args.only:
+            main |= throughput_table(
+                {"warm": warm_url, "cold": cold_url}, key, args.tput_calls, args.tput_seconds, stack
+            )
+    if not args.only:
+        main |= memory_table(key, args.warm, args.scientific)
     print(f"load average at the end {os.getloadavg()[0]:.2f}")
     print(
         f"\nmain (WARM_PYTHON=WARM_SANDBOXES={args.warm}; targets: p50 at most 0.5x plain print(1) for print(1), "
-        "1.5x for the pandas sum, 3x for the chart; p99 at most 2x p50; pandas c4 at least 5x cold): "
+        "1.5x for the pandas sum, 3x for the chart and the seaborn chart, 1.5x for the sklearn fit and the "
+        "statsmodels OLS, 1x for scipy.stats; p99 at most 2x p50; pandas c4 at least 5x cold): "
         + " | ".join(f"{name} {value}" for name, value in main.items())
     )
 
@@ -174,6 +240,9 @@ def main() -> None:
     parser.add_argument("--tput-calls", type=int, default=96, help="calls per side for throughput")
     parser.add_argument("--tput-seconds", type=float, default=20.0, help="time bound per side for throughput")
     parser.add_argument("--warm", type=int, default=4, help="WARM_PYTHON and WARM_SANDBOXES of the warm service")
+    parser.add_argument("--scientific", type=int, default=2, help="WARM_SCIENTIFIC of the warm service")
+    parser.add_argument("--only", type=lambda value: value.split(","), default=[],
+                        help="these programs' latency at one caller alone (comma-separated labels)")
     parser.add_argument("--quick", action="store_true", help="a short run while developing")
     args = parser.parse_args()
     if args.quick:
