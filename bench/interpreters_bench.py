@@ -142,7 +142,8 @@ def back_to_back(calls: list[Call], rounds: int, pause: float = 0.0) -> tuple[li
 def latency_table(url: str, key: str, rounds: int, stack: ExitStack, only: list[str]) -> dict[str, str]:
     print(f"\nlatency, ms: each caller alternates a warm call and a plain print(1), {rounds} of each back to back,")
     print(f"{rounds // 4} at a chat's pace (one caller, {CHAT_PAUSE:g} s after each pair)")
-    print(f"{'program':<16}{'callers':>8}{'p50':>8}{'p99':>8}{'p99/p50':>9}{'plain p50':>11}{'p50/plain':>11}")
+    print(f"{'program':<16}{'callers':>8}{'p50':>8}{'p99':>8}{'p99/p50':>9}{'plain p50':>11}{'p50/plain':>11}"
+          f"{'plain p99/p50':>15}")  # fmt: skip
     main = {}
     for callers, pause in ((1, 0.0),) if only else ((1, 0.0), (4, 0.0), (1, CHAT_PAUSE)):
         name, side = ("chat", "chat") if pause else (str(callers), f"c{callers}")  # column, summary
@@ -152,7 +153,8 @@ def latency_table(url: str, key: str, rounds: int, stack: ExitStack, only: list[
             calls = [service_call(stack.enter_context(_client(url, key)), *program) for _ in range(callers)]
             times, plain = back_to_back(calls, max(rounds // (4 if pause else callers), 8), pause)
             p50, p99, plain50 = pct(times, 50), pct(times, 99), pct(plain, 50)
-            print(f"{label:<16}{name:>8}{p50:8.1f}{p99:8.1f}{p99 / p50:8.2f}x{plain50:11.1f}{p50 / plain50:10.2f}x")
+            print(f"{label:<16}{name:>8}{p50:8.1f}{p99:8.1f}{p99 / p50:8.2f}x{plain50:11.1f}{p50 / plain50:10.2f}x"
+                  f"{pct(plain, 99) / plain50:14.2f}x")  # the machine's own tail  # fmt: skip
             if label in TARGETS:
                 main[f"{label} {side}"] = f"p50 {p50 / plain50:.2f}x plain, p99 {p99 / p50:.2f}x p50"
     return main
