@@ -1,5 +1,5 @@
 """The scientific fork server (sandbox/local/warm.py, zygote.SCIENTIFIC): a py run naming
-SciPy, seaborn, scikit-learn or statsmodels is forked from the interpreter that has
+SciPy, seaborn, scikit-learn, statsmodels or plotly is forked from the interpreter that has
 imported them already; one naming pandas alone from the first server, as before; and
 its forks draw random numbers of their own, as every fork of every server does."""
 
@@ -33,6 +33,7 @@ FAMILIES = {
     "sklearn.linear_model": "from sklearn.linear_model import LinearRegression\n"
     "print(LinearRegression().fit([[0], [1]], [0, 2]).coef_[0])",
     "statsmodels.api": "import statsmodels.api as sm\nprint(sm.OLS([0, 2], sm.add_constant([0, 1])).fit().params[1])",
+    "plotly.express": "import plotly.express as px\nprint(type(px.bar(x=[1], y=[1])).__name__)",
 }
 BEFORE = "import sys\nprint({name!r} in sys.modules)\n"
 

@@ -133,8 +133,8 @@ class Settings(BaseSettings):
     # by exec). With none ready a run is forked on demand; 0 turns them off.
     warm_python: int = 4
     warm_sandboxes: int = 4
-    # Runs made ahead from a third server that has also imported SciPy, seaborn, scikit-learn
-    # and statsmodels, for the py runs naming them (about 150 MB more than the first); 0: off.
+    # Runs made ahead from a third server that has also imported SciPy, seaborn, scikit-learn,
+    # statsmodels and plotly, for the py runs naming them (a server of about 300 MB); 0: off.
     warm_scientific: int = 2
 
     @field_validator("code_exec_auth_modes", "code_exec_jwt_algorithms", mode="before")

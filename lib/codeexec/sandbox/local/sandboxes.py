@@ -81,7 +81,7 @@ class LocalConfig:
     image_bytes: int = 0  # the btrfs image made where SANDBOX_ROOT has none (0: from free space)
     warm_python: int = 0  # runs made ahead from the interpreter with the libraries (warm.py)
     warm_sandboxes: int = 0  # runs made ahead from a bare interpreter, for any language
-    warm_scientific: int = 0  # runs made ahead from the interpreter with SciPy, seaborn, sklearn, statsmodels
+    warm_scientific: int = 0  # runs made ahead from the interpreter that also has zygote.SCIENTIFIC
     # How long a call waits for a session another holds: beyond the longest run.
     hold_wait_seconds: float = 75.0
     # This host's index in a fleet of runners (RUNNER_INDEX): the mark its new sessions'

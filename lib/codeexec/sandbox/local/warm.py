@@ -3,7 +3,7 @@
 Three kinds of fork server (forkserver.py, zygote.py), a pool of runs made ahead for each:
 an **interpreter** that has imported numpy, pandas and matplotlib and drawn a figure, for
 py runs that name them; a **scientific** one that has also imported SciPy, seaborn,
-scikit-learn and statsmodels, for py runs that name those; a **bare** one, Python
+scikit-learn, statsmodels and plotly, for py runs that name those; a **bare** one, Python
 started and nothing imported, for other py runs and, by exec, for every other language
 (the namespaces, mounts and cgroup made ahead are most of a cold start that is not the
 language's own). A refill costs a fork, never a new interpreter and its imports.
@@ -566,7 +566,7 @@ _PRELOADED_USERS = re.compile(
 
 
 # ... and one that names one of zygote.SCIENTIFIC, the scientific one.
-_SCIENTIFIC_USERS = re.compile(r"\b(scipy|seaborn|sklearn|statsmodels)\b")
+_SCIENTIFIC_USERS = re.compile(r"\b(scipy|seaborn|sklearn|statsmodels|plotly)\b")
 
 
 def wants_preloaded(code: str) -> bool:

@@ -30,7 +30,7 @@ PRELOADED = ("numpy", "pandas", "matplotlib.pyplot", "openpyxl")  # pyplot loads
 # PRELOADED they cost a server about 150 MB and each fork and exit 1.5 ms more, which the
 # first server's runs (pandas, a chart) do not pay; each saves its program 0.4 to 1 s.
 SCIENTIFIC = ("scipy.stats", "seaborn", "sklearn.linear_model", "sklearn.model_selection", "sklearn.ensemble",
-              "sklearn.metrics", "statsmodels.api", "statsmodels.formula.api")  # fmt: skip
+              "sklearn.metrics", "statsmodels.api", "statsmodels.formula.api", "plotly.express")  # fmt: skip
 
 
 def preload(scientific: bool = False) -> None:
@@ -70,14 +70,16 @@ def _draw_once() -> None:
 
 
 def _fit_once() -> None:
-    """A first fit of each kind imports what the libraries import only then (a scikit-learn
-    fit, 20 ms of it): a run's fit then costs only its own work. Nothing of it is kept."""
+    """A first fit of each kind, and a first plotly figure, import and load what the
+    libraries do only then (a scikit-learn fit 20 ms, plotly's first figure 0.3 s): a
+    run's then costs only its own work. Nothing of it is kept."""
     numpy = importlib.import_module("numpy")
     x = numpy.arange(8.0)
     importlib.import_module("sklearn.linear_model").LinearRegression().fit(x.reshape(-1, 1), 2 * x)
     api = importlib.import_module("statsmodels.api")
     api.OLS(2 * x, api.add_constant(x)).fit().summary()
     importlib.import_module("scipy.stats").norm.rvs(size=2)
+    importlib.import_module("plotly.express").bar(x=["a", "b"], y=[1, 2])
 
 
 # The random generators the server's imports made, found once in the server: each fork
