@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from .docker_engine import docker_engine
+from .helpers.g2_client import CLIENTS, KID, drive_client
+from .helpers.tokens import Issuer
 from .serving import free_port
-from .test_contract_g2 import CLIENTS, KID, drive_client
-from .test_tokens import Issuer
 
 ROOT = Path(__file__).parent.parent
 IMAGE = "codeexec/runner:test"

@@ -3,10 +3,7 @@ alone) against the service on loopback, and the G1 client against the same deplo
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -21,14 +18,10 @@ from codeexec.settings import Settings
 
 from .calls import file_id
 from .conftest import API_KEY
+from .helpers.g2_client import KID, drive_client
+from .helpers.tokens import Issuer
 from .test_contract_g1 import assert_languages
 from .test_contract_g1 import drive_client as drive_g1_client
-from .test_tokens import Issuer
-
-CLIENTS = Path(__file__).parent / "contract_g2"
-KID = "lc-codeapi-2026-05"
-TENANT = "tenant-g2"
-USER = "64f0c0ffee0000000000abcd"
 
 
 @pytest.fixture
@@ -52,22 +45,6 @@ def app(request: pytest.FixtureRequest, settings: Settings, issuer: Issuer) -> F
         "code_exec_jwt_audience": "codeapi",
     }
     return create_app(settings.model_copy(update=both))
-
-
-def drive_client(base_url: str, issuer: Issuer, script: str = "g2_client.mjs") -> dict:
-    assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
-    env = {
-        "PATH": os.environ["PATH"],
-        "LIBRECHAT_CODE_BASEURL": base_url,
-        "G2_PRIVATE_KEY_PEM": issuer.private_pem(KID),
-        "G2_KID": KID,
-        "G2_ALG": "EdDSA",
-        "G2_TENANT": TENANT,
-        "G2_USER_ID": USER,
-    }
-    done = subprocess.run(["node", str(CLIENTS / script)], env=env, capture_output=True, text=True, timeout=150)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def test_g2_client_runs_writes_downloads_and_reads_back(live_server: str, issuer: Issuer) -> None:

@@ -22,8 +22,8 @@ from codeexec.large_files import KEY_PREFIX
 
 from .apigateway import ApiGateway
 from .conftest import API_KEY, free_port
+from .helpers.g2_client import CLIENTS
 from .lambda_events import cold_start
-from .test_contract_g2 import CLIENTS
 
 TWENTY_MB = 20 << 20
 

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
-from .test_contract_g2 import KID, drive_client
+from .helpers.g2_client import KID, drive_client
 from .test_tokens import Issuer
 
 

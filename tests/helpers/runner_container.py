@@ -42,8 +42,10 @@ def settings_env(settings: Settings) -> list[str]:
             continue
         if isinstance(value, SecretStr):
             value = value.get_secret_value()
-        elif isinstance(value, frozenset | set | list | tuple):
+        elif isinstance(value, frozenset | set):
             value = ",".join(sorted(str(v) for v in value))
+        elif isinstance(value, list | tuple):  # in order: RUNNER_URLS' i-th is runner i
+            value = ",".join(str(v) for v in value)
         args += ["-e", f"{name.upper()}={value}"]
     return args
 
