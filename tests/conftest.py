@@ -1,12 +1,13 @@
 """Shared fixtures: a sandbox root, settings, the app in-process, and the app on loopback.
 
 With CODEEXEC_TEST_BACKEND=runner (`make test-runner`), every app a test builds for the
-`local` backend leases its sandboxes from a runner instead: one started on loopback from
-the very same settings (root, limits), and the app switched to SANDBOX_BACKEND=runner.
+`local` backend leases its sandboxes from a fleet of three runners instead: started on
+loopback from the very same settings (root, limits), each with its index, and the app
+switched to SANDBOX_BACKEND=runner with their RUNNER_URLS.
 
-With CODEEXEC_TEST_BACKEND=container (`make test-container`), that runner runs in a container
-of an engine of the tests' own, with no more privilege than Swarm can give it
-(tests/helpers/runner_container.py).
+With CODEEXEC_TEST_BACKEND=container (`make test-container`), one runner of those settings
+runs in a container of an engine of the tests' own instead, with no more privilege than
+Swarm can give it (tests/helpers/runner_container.py).
 
 With CODEEXEC_TEST_WARM=1 (`make test-warm`), every `local` app keeps a run made ahead
 from each fork server (the interpreter with the libraries, the bare one), and waits for
@@ -39,8 +40,8 @@ from codeexec.settings import Settings
 from .fakes.agentcore import RunningFake
 from .helpers import engines
 from .helpers.runner_container import SECCOMP, runner_container
+from .serving import fleet_settings, runner_settings, running_fleet, serving
 from .serving import free_port as free_port  # tests import it from here
-from .serving import runner_settings, running_runner, serving
 
 API_KEY = "test-key-0123456789"
 CODEEXEC_TEST_BACKEND = os.environ.get("CODEEXEC_TEST_BACKEND", "local")
@@ -129,14 +130,14 @@ def live_server(app: FastAPI) -> Iterator[str]:
 
 @pytest.fixture(autouse=CODEEXEC_TEST_BACKEND == "runner")
 def local_through_a_runner(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every `local` app of the test leases from a runner of the same settings."""
+    """Every `local` app of the test leases from a fleet of runners of the same settings."""
     with contextlib.ExitStack() as runners:
 
         def through_a_runner(settings: Settings) -> Sandboxes:
             if settings.sandbox_backend != "local":
                 return make_sandboxes(settings)
-            url, _ = runners.enter_context(running_runner(settings))
-            return make_sandboxes(runner_settings(settings, url))
+            fleet = runners.enter_context(running_fleet(settings))
+            return make_sandboxes(fleet_settings(settings, [url for url, _ in fleet]))
 
         monkeypatch.setattr(app_module, "make_sandboxes", through_a_runner)
         yield

@@ -60,10 +60,30 @@ def running_runner(settings: Settings, host: str = "127.0.0.1") -> Iterator[tupl
         yield url, runner
 
 
+@contextlib.contextmanager
+def running_fleet(settings: Settings, count: int = 3) -> Iterator[list[tuple[str, Runner]]]:
+    """`count` runners of these settings, runner i with RUNNER_INDEX i, all on one root
+    (each keeps to the sessions it made: the service routes by their ids)."""
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(running_runner(settings.model_copy(update={"runner_index": str(i)})))
+            for i in range(count)
+        ]
+
+
 def runner_settings(settings: Settings, url: str) -> Settings:
     """The service's settings, leasing from the runner at `url`."""
     from pydantic import SecretStr
 
     return settings.model_copy(
         update={"sandbox_backend": "runner", "runner_url": url, "runner_key": SecretStr(RUNNER_KEY)}
+    )
+
+
+def fleet_settings(settings: Settings, urls: list[str]) -> Settings:
+    """The service's settings, leasing from the fleet of runners at `urls` (runner i at i)."""
+    from pydantic import SecretStr
+
+    return settings.model_copy(
+        update={"sandbox_backend": "runner", "runner_urls": tuple(urls), "runner_key": SecretStr(RUNNER_KEY)}
     )

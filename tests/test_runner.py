@@ -14,7 +14,6 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,10 +24,9 @@ from pydantic import SecretStr
 
 from codeexec import errors
 from codeexec.api.app import create_app
-from codeexec.reaper import reap
 from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.port import Access, Intent, Limit, OwnerTag, Placement, Program, Ran, Run
-from codeexec.sandbox.runner import RunnerSandboxes
+from codeexec.sandbox.runner import RunnerFleet
 from codeexec.sandbox.runner.protocol import KEY_HEADER, frames, frames_of, run_json
 from codeexec.settings import Settings
 
@@ -47,9 +45,9 @@ def runner_url(settings: Settings) -> Iterator[str]:
 
 
 @pytest.fixture
-def sandboxes(settings: Settings, runner_url: str) -> RunnerSandboxes:
+def sandboxes(settings: Settings, runner_url: str) -> RunnerFleet:
     made = make_sandboxes(runner_settings(settings, runner_url))
-    assert isinstance(made, RunnerSandboxes)
+    assert isinstance(made, RunnerFleet)
     return made
 
 
@@ -71,13 +69,13 @@ class Stream(io.RawIOBase):
 
 def test_every_route_but_health_needs_the_runners_key(runner_url: str) -> None:
     assert httpx.get(f"{runner_url}/health").status_code == 200
-    routes = [("GET", "/sessions"), ("POST", "/sessions"), ("GET", "/sessions/x/files"), ("POST", "/cancels/k")]
+    routes = [("GET", "/sessions/x"), ("POST", "/reads"), ("GET", "/sessions/x/files"), ("POST", "/cancels/k")]
     for method, path in routes:
         for headers in ({}, {KEY_HEADER: "wrong"}, {KEY_HEADER: RUNNER_KEY[:-1]}):
             answer = httpx.request(method, f"{runner_url}{path}", headers=headers)
             assert answer.status_code == 401, (method, path, headers)
             assert answer.json()["error"] == "Unauthorized"
-    assert httpx.get(f"{runner_url}/sessions", headers={KEY_HEADER: RUNNER_KEY}).status_code == 200
+    assert httpx.get(f"{runner_url}/sessions/{'A' * 21}", headers={KEY_HEADER: RUNNER_KEY}).status_code == 404
 
 
 def test_a_runner_without_a_key_refuses_everything(settings: Settings) -> None:
@@ -89,8 +87,8 @@ def test_a_runner_without_a_key_refuses_everything(settings: Settings) -> None:
     runner = build_runner(settings)  # RUNNER_KEY unset
     assert runner.key is None
     with serving(create_runner_app(runner)) as url:
-        assert httpx.get(f"{url}/sessions", headers={KEY_HEADER: ""}).status_code == 401
-        assert httpx.get(f"{url}/sessions", headers={KEY_HEADER: "None"}).status_code == 401
+        assert httpx.get(f"{url}/sessions/x", headers={KEY_HEADER: ""}).status_code == 401
+        assert httpx.get(f"{url}/sessions/x", headers={KEY_HEADER: "None"}).status_code == 401
 
 
 def test_a_wrong_key_is_the_backend_failing_not_the_caller(settings: Settings, runner_url: str) -> None:
@@ -106,12 +104,12 @@ def land(owner: OwnerTag = OWNER, *sessions: str) -> Placement:
     return Placement(Access(owner, Intent.LAND), sessions, new=not sessions)
 
 
-def new_session(sandboxes: RunnerSandboxes, files: dict[str, bytes] | None = None) -> str:
+def new_session(sandboxes: RunnerFleet, files: dict[str, bytes] | None = None) -> str:
     items = [(path, io.BytesIO(data)) for path, data in (files or {"a.txt": b"a"}).items()]
     return sandboxes.write_files(Placement(Access(OWNER, Intent.CHANGE)), items, 1 << 20)
 
 
-def test_errors_cross_as_the_librarys_own(sandboxes: RunnerSandboxes) -> None:
+def test_errors_cross_as_the_librarys_own(sandboxes: RunnerFleet) -> None:
     read = Access(OWNER, Intent.READ)
     with pytest.raises(errors.SessionNotFound):
         sandboxes.list_files("A" * 21, read)
@@ -131,7 +129,7 @@ def test_errors_cross_as_the_librarys_own(sandboxes: RunnerSandboxes) -> None:
         sandboxes.execute(Run(Program("bash", "true"), replace(named, access=Access(OWNER_B, Intent.LAND))))
 
 
-def test_a_session_the_caller_is_not_admitted_to_is_not_touched(sandboxes: RunnerSandboxes) -> None:
+def test_a_session_the_caller_is_not_admitted_to_is_not_touched(sandboxes: RunnerFleet) -> None:
     session = new_session(sandboxes)
     before = sandboxes.lease(session).touched_at
     time.sleep(0.05)
@@ -142,7 +140,7 @@ def test_a_session_the_caller_is_not_admitted_to_is_not_touched(sandboxes: Runne
     assert sandboxes.lease(session).touched_at > before
 
 
-def test_bodies_stream_both_ways_without_being_held_whole(sandboxes: RunnerSandboxes) -> None:
+def test_bodies_stream_both_ways_without_being_held_whole(sandboxes: RunnerFleet) -> None:
     size = 64 << 20
     tracemalloc.start()
     try:
@@ -163,7 +161,7 @@ def test_bodies_stream_both_ways_without_being_held_whole(sandboxes: RunnerSandb
     assert peak < 16 << 20, peak
 
 
-def test_two_runs_in_one_session_take_turns_and_each_reports_its_own_files(sandboxes: RunnerSandboxes) -> None:
+def test_two_runs_in_one_session_take_turns_and_each_reports_its_own_files(sandboxes: RunnerFleet) -> None:
     session = new_session(sandboxes)
     reports: dict[str, Ran] = {}
 
@@ -177,32 +175,6 @@ def test_two_runs_in_one_session_take_turns_and_each_reports_its_own_files(sandb
     thread.join(timeout=30)
     assert [f.path for f in reports["first"].changes.created] == ["first.txt"]
     assert [f.path for f in second.changes.created] == ["second.txt"]
-
-
-def test_the_reaper_keeps_away_while_a_run_is_under_way(sandboxes: RunnerSandboxes) -> None:
-    later = time.time() + 7200
-    session = new_session(sandboxes)
-    with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(sandboxes.execute, Run(Program("bash", "sleep 1.5"), land(OWNER, session)))
-        time.sleep(0.5)
-        report = reap(sandboxes, idle_timeout=600, clock=lambda: later)
-        assert (report.ended, report.skipped) == (0, 1)
-        running.result()
-    report = reap(sandboxes, idle_timeout=600, clock=lambda: later)
-    assert (report.ended, report.skipped) == (1, 0)
-    assert list(sandboxes.leases()) == []
-
-
-def test_end_if_spares_a_session_touched_since_the_reaper_looked(sandboxes: RunnerSandboxes) -> None:
-    session = new_session(sandboxes)
-
-    def touched_meanwhile(lease: object) -> bool:
-        sandboxes.list_files(session, Access(OWNER, Intent.READ))  # a call came in between the look and the end
-        return True
-
-    assert sandboxes.end_if(session, touched_meanwhile) is False
-    assert sandboxes.end_if(session, lambda lease: True) is True
-    assert sandboxes.end_if(session, lambda lease: True) is False
 
 
 def test_a_caller_that_goes_away_mid_run_holds_nothing(settings: Settings) -> None:
@@ -220,7 +192,7 @@ def test_a_caller_that_goes_away_mid_run_holds_nothing(settings: Settings) -> No
         assert time.monotonic() - started < 10
 
 
-def test_a_cancel_crosses_to_the_run(sandboxes: RunnerSandboxes) -> None:
+def test_a_cancel_crosses_to_the_run(sandboxes: RunnerFleet) -> None:
     key = "runkey_0123456789abcd"
     session = new_session(sandboxes)
     threading.Timer(1.0, sandboxes.cancel, [key]).start()

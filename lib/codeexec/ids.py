@@ -30,8 +30,32 @@ RESERVED_DIR = ".codeexec"
 MAX_PATH_CHARS = 1024
 
 
-def new_session_id() -> str:
-    return "".join(secrets.choice(_ALPHABET) for _ in range(21))
+# A runner of a fleet marks the ids of the sessions it makes with its index, in their
+# first character, so that the service finds a session's runner from its id alone (no
+# table, no listing): 64 runners at most, and 20 random characters (120 bits) after it.
+MAX_RUNNERS = len(_ALPHABET)
+
+
+def new_session_id(runner: int | None = None) -> str:
+    """A fresh session id; a fleet's runner `runner` puts its mark first."""
+    mark = "" if runner is None else runner_mark(runner)
+    return mark + "".join(secrets.choice(_ALPHABET) for _ in range(21 - len(mark)))
+
+
+def runner_mark(runner: int) -> str:
+    if not 0 <= runner < MAX_RUNNERS:
+        raise ValueError(f"a runner's index is 0 to {MAX_RUNNERS - 1}, not {runner}")
+    return _ALPHABET[runner]
+
+
+def runner_of(session_id: str) -> int:
+    """The index of the fleet's runner whose mark the id carries (any id has one)."""
+    return _ALPHABET.index(session_id[0])
+
+
+def on_runner(session_id: str, runner: int) -> str:
+    """The same id, marked for `runner` (a derived id, such as a stateful hint's)."""
+    return runner_mark(runner) + session_id[1:]
 
 
 def is_session_id(value: str) -> bool:

@@ -6,6 +6,8 @@ name in upper case; the README lists them.
 
 from __future__ import annotations
 
+import re
+import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal, Self
@@ -52,6 +54,17 @@ class Settings(BaseSettings):
     # the key the runner demands and the backend sends (README: "The runner").
     runner_url: str | None = None
     runner_key: SecretStr | None = None
+    # Many runners (docs/fleet.md): their URLs, the i-th being runner i, or a template with
+    # `{i}` and a count (a StatefulSet's pods by their DNS names). RUNNER_URL is one runner.
+    runner_urls: Annotated[tuple[str, ...], NoDecode] = ()
+    runner_url_template: str | None = None
+    runner_count: int = Field(default=0, ge=0, le=64)
+    # How long a runner may take to take a connection: one that does not is marked down,
+    # and its sessions answer 503 with a retry hint, rather than hold their calls.
+    runner_connect_timeout_seconds: float = Field(default=2.0, gt=0)
+    # On a runner: its index in the fleet, a number or `ordinal` (the number that ends its
+    # host name, as a StatefulSet's pod's does). Unset: a lone runner.
+    runner_index: str | None = None
     # microvm backend (README: "The MicroVM backend"): the image VMs run, the connector that
     # closes their egress, and another control-plane endpoint, such as the tests' fake.
     microvm_image: str | None = None
@@ -117,6 +130,53 @@ class Settings(BaseSettings):
     def _comma_list(cls, value: object) -> object:
         return frozenset(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else value
 
+    @field_validator("runner_urls", mode="before")
+    @classmethod
+    def _ordered_comma_list(cls, value: object) -> object:
+        return tuple(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_way_to_name_runners(self) -> Self:
+        ways = [name for name, set_ in (("RUNNER_URL", self.runner_url), ("RUNNER_URLS", self.runner_urls),
+                                        ("RUNNER_URL_TEMPLATE", self.runner_url_template)) if set_]  # fmt: skip
+        if len(ways) > 1:
+            raise ValueError(f"name the runners one way, not with {' and '.join(ways)}")
+        if bool(self.runner_url_template) != bool(self.runner_count):
+            raise ValueError("RUNNER_URL_TEMPLATE and RUNNER_COUNT go together ({i} counts 0 to RUNNER_COUNT-1)")
+        if self.runner_url_template and "{i}" not in self.runner_url_template:
+            raise ValueError(f"RUNNER_URL_TEMPLATE '{self.runner_url_template}' has no {{i}} for the runner's index")
+        for name, url in [("RUNNER_URL", self.runner_url), *(("RUNNER_URLS", u) for u in self.runner_urls)]:
+            if url:
+                _check_runner_url(name, url)
+        if self.runner_url_template:
+            _check_runner_url("RUNNER_URL_TEMPLATE", self.runner_url_template.replace("{i}", "0"))
+        self.fleet_index()  # a malformed RUNNER_INDEX refuses to start, with its sentence
+        if len(self.fleet_urls()) > 64:
+            raise ValueError("a fleet has 64 runners at most (a session id's first character names its runner)")
+        return self
+
+    def fleet_index(self) -> int | None:
+        """This runner's index in its fleet (RUNNER_INDEX), None for a lone runner."""
+        value = self.runner_index
+        if not value:
+            return None
+        if value == "ordinal":  # a StatefulSet's pod is <name>-<ordinal>
+            host = socket.gethostname().split(".")[0]
+            ordinal = re.search(r"-(\d+)$", host)
+            if ordinal is None:
+                raise ValueError(f"RUNNER_INDEX=ordinal, but the host name '{host}' does not end in -<number>")
+            value = ordinal[1]
+        if not value.isdigit() or int(value) >= 64:
+            raise ValueError(f"RUNNER_INDEX must be 0 to 63 or 'ordinal', not '{self.runner_index}'")
+        return int(value)
+
+    def fleet_urls(self) -> tuple[str, ...]:
+        """The runners of a fleet, runner i at i; () without one (RUNNER_URL is one runner
+        whose ids name no runner)."""
+        if self.runner_url_template:
+            return tuple(self.runner_url_template.replace("{i}", str(i)) for i in range(self.runner_count))
+        return self.runner_urls
+
     @field_validator("code_exec_jwt_algorithms")
     @classmethod
     def _asymmetric_only(cls, value: frozenset[str]) -> frozenset[str]:
@@ -141,6 +201,16 @@ class Settings(BaseSettings):
         if self.code_exec_jwt_jwks_url and not (self.code_exec_jwt_issuer and self.code_exec_jwt_audience):
             raise ValueError("CODE_EXEC_JWT_JWKS_URL needs CODE_EXEC_JWT_ISSUER and CODE_EXEC_JWT_AUDIENCE")
         return self
+
+
+def _check_runner_url(name: str, url: str) -> None:
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 (a malformed port raises here)
+    except ValueError:
+        parts = parts._replace(netloc="")
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(f"{name}: '{url}' is not a runner's URL (http://host:port)")
 
 
 @lru_cache(maxsize=1)

@@ -11,14 +11,20 @@ What the runner adds is what HTTP needs: a key, and bodies streamed both ways.
 
 Every request but /health carries the runner's own key (X-Runner-Key), compared in
 constant time; with no key configured every such request is a 401.
+
+No answer is silent for long (`_answer`): one not ready within a heartbeat is kept alive
+with spaces ahead of its JSON, so a caller tells a runner at work from a frozen one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
-from collections.abc import Callable, Iterator
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, BinaryIO, TypeVar, cast
 
 from starlette.applications import Starlette
@@ -30,21 +36,35 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..answers import error_handlers, error_response
-from ..errors import BadRequest, SessionNotFound, Unauthorized
+from ..errors import BadRequest, ServiceError, SessionNotFound, Unauthorized
 from ..sandbox.local import LocalSandboxes
-from ..sandbox.port import Carried, Input, Lease, Opened
+from ..sandbox.port import Access, Carried, Input, Lease, Opened
 from ..sandbox.runner import protocol
 from ..streams import request_body
 
 T = TypeVar("T")
+log = logging.getLogger("codeexec.runner")
 
 
 class Runner:
-    """The runner's state: the backend, and its key."""
+    """The runner's state: the backend, its key, and the runs it has under way (its load,
+    which a fleet's service places new sessions by)."""
 
     def __init__(self, sandboxes: LocalSandboxes, key: str | None) -> None:
         self.sandboxes = sandboxes
         self.key = key  # settable: a MicroVM learns its key from its run hook
+        self.runs = 0
+        self._runs_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._runs_lock:
+            self.runs += 1
+        try:
+            yield
+        finally:
+            with self._runs_lock:
+                self.runs -= 1
 
     def authorized(self, presented: str | None) -> bool:
         key = self.key
@@ -70,7 +90,6 @@ class KeyRequired:
 def create_runner_app(runner: Runner) -> Starlette:
     routes = [
         Route("/health", _health, methods=["GET"]),
-        Route("/sessions", _leases, methods=["GET"]),
         Route("/sessions/{sid}", _lease, methods=["GET"]),
         Route("/sessions/{sid}", _end, methods=["DELETE"]),
         Route("/cancels/{run_key}", _cancel, methods=["POST"]),
@@ -80,7 +99,7 @@ def create_runner_app(runner: Runner) -> Starlette:
         Route("/sessions/{sid}/file", _read, methods=["GET"]),
         Route("/sessions/{sid}/file", _remove, methods=["DELETE"]),
         Route("/sessions/{sid}/stat", _stat, methods=["GET"]),
-        Route("/sessions/{sid}/reads", _read_inputs, methods=["POST"]),
+        Route("/reads", _read_inputs, methods=["POST"]),
         Route("/sessions/{sid}/records/{key}", _record, methods=["GET"]),
     ]
     app = Starlette(
@@ -92,8 +111,12 @@ def create_runner_app(runner: Runner) -> Starlette:
     return app
 
 
+def _runner(request: Request) -> Runner:
+    return request.app.state.runner  # type: ignore[no-any-return]
+
+
 def _sandboxes(request: Request) -> LocalSandboxes:
-    return request.app.state.runner.sandboxes  # type: ignore[no-any-return]
+    return _runner(request).sandboxes
 
 
 def _file_id(request: Request) -> str:
@@ -104,71 +127,71 @@ def _file_id(request: Request) -> str:
     return request.query_params["id"]
 
 
-def _number(request: Request, name: str) -> float:
-    try:
-        return float(request.query_params[name])
-    except (KeyError, ValueError):
-        raise BadRequest(f"{name} must be a number") from None
-
-
 async def _health(request: Request) -> Response:
-    sandboxes = _sandboxes(request)
-    return JSONResponse({"languages": sorted(sandboxes.languages), "named_sessions": sandboxes.named_sessions})
-
-
-async def _leases(request: Request) -> Response:
-    def lines() -> Iterator[bytes]:
-        for lease in _sandboxes(request).leases():
-            yield json.dumps(protocol.lease_json(lease)).encode() + b"\n"
-
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    runner, sandboxes = _runner(request), _sandboxes(request)
+    return JSONResponse(
+        {
+            "languages": sorted(sandboxes.languages),
+            "named_sessions": sandboxes.named_sessions,
+            "index": sandboxes.runner_index,
+            "runs": runner.runs,
+            "sessions": sandboxes.session_count(),
+        }
+    )
 
 
 async def _lease(request: Request) -> Response:
     """The lease as it is, untouched: what a reaper on the other side looks at."""
-    seen: list[Lease] = []
 
-    def look(lease: Lease) -> bool:  # refuses, so the look touches nothing
-        seen.append(lease)
-        return False
+    def peek() -> dict[str, Any]:
+        seen: list[Lease] = []
 
-    def peek() -> None:
+        def look(lease: Lease) -> bool:  # refuses, so the look touches nothing
+            seen.append(lease)
+            return False
+
         with contextlib.suppress(SessionNotFound), _sandboxes(request).open(request.path_params["sid"], look):
             pass
+        if not seen:
+            raise SessionNotFound()
+        return protocol.lease_json(seen[0])
 
-    await run_in_threadpool(peek)
-    if not seen:
-        raise SessionNotFound()
-    return JSONResponse(protocol.lease_json(seen[0]))
+    return await _answer(peek)
 
 
 async def _end(request: Request) -> Response:
     sandboxes, session_id = _sandboxes(request), request.path_params["sid"]
-    if "if_touched_at" not in request.query_params:
-        await run_in_threadpool(sandboxes.end, session_id)
-        return JSONResponse({"ended": True})
-    # For a reaper on the other side: end only if nobody touched it since it looked, and
-    # never while a call holds it (the backend's end_if does not wait for a busy session).
-    seen = _number(request, "if_touched_at")
-    ended = await run_in_threadpool(sandboxes.end_if, session_id, lambda lease: lease.touched_at <= seen)
-    return JSONResponse({"ended": ended})
+
+    def end() -> dict[str, Any]:
+        sandboxes.end(session_id)
+        return {"ended": True}
+
+    return await _answer(end)
 
 
 async def _cancel(request: Request) -> Response:
-    await run_in_threadpool(_sandboxes(request).cancel, request.path_params["run_key"])
-    return JSONResponse({"cancelled": True})
+    sandboxes, run_key = _sandboxes(request), request.path_params["run_key"]
+
+    def cancel() -> dict[str, Any]:
+        sandboxes.cancel(run_key)
+        return {"cancelled": True}
+
+    return await _answer(cancel)
 
 
 async def _run(request: Request) -> Response:
+    runner = _runner(request)
+
     def run(body: BinaryIO) -> dict[str, Any]:
         frames = protocol.frames_of(body.read)
         spec, _ = next(frames, (None, None))
         if spec is None:
             raise BadRequest("a run starts with its JSON frame")
         carried = (Carried(int(h["index"]), str(h["found"]), bool(h["read_only"]), reader) for h, reader in frames)
-        return protocol.ran_json(_sandboxes(request).execute(protocol.run_of(spec), carried))
+        with runner.running():
+            return protocol.ran_json(runner.sandboxes.execute(protocol.run_of(spec), carried))
 
-    return JSONResponse(await _with_body(request, run))
+    return await _answer(*_with_body(request, run))
 
 
 async def _write(request: Request) -> Response:
@@ -181,13 +204,12 @@ async def _write(request: Request) -> Response:
         limit = int(spec.get("limit", 0))
         return {"session_id": _sandboxes(request).write_files(protocol.placement_of(spec["placement"]), files, limit)}
 
-    return JSONResponse(await _with_body(request, write))
+    return await _answer(*_with_body(request, write))
 
 
 async def _list(request: Request) -> Response:
-    access = protocol.access_of(request.query_params)
-    listing = await run_in_threadpool(_sandboxes(request).list_files, request.path_params["sid"], access)
-    return JSONResponse([protocol.file_json(info) for info in listing])
+    access, sid = protocol.access_of(request.query_params), request.path_params["sid"]
+    return await _answer(lambda: [protocol.file_json(info) for info in _sandboxes(request).list_files(sid, access)])
 
 
 async def _read(request: Request) -> Response:
@@ -209,33 +231,40 @@ async def _read(request: Request) -> Response:
 async def _remove(request: Request) -> Response:
     access = protocol.access_of(request.query_params)
     sid, file_id = request.path_params["sid"], _file_id(request)
-    return JSONResponse({"path": await run_in_threadpool(_sandboxes(request).remove_file, sid, access, file_id)})
+    return await _answer(lambda: {"path": _sandboxes(request).remove_file(sid, access, file_id)})
 
 
 async def _stat(request: Request) -> Response:
     access = protocol.access_of(request.query_params)
     sid, file_id = request.path_params["sid"], _file_id(request)
-    info = await run_in_threadpool(_sandboxes(request).stat_file, sid, access, file_id)
-    return JSONResponse(protocol.file_json(info))
+    return await _answer(lambda: protocol.file_json(_sandboxes(request).stat_file(sid, access, file_id)))
 
 
 async def _read_inputs(request: Request) -> Response:
     access = protocol.access_of(request.query_params)
     try:
-        wanted = [Input(str(i["file_id"]), i.get("name")) for i in json.loads(await request.body())]
-    except (ValueError, TypeError, KeyError):
-        raise BadRequest("a read names its inputs: [{file_id, name}]") from None
-    found = _sandboxes(request).read_inputs(request.path_params["sid"], access, wanted)
-    # Opened here, so a session that is not found is a 404 rather than an empty answer.
-    first = await run_in_threadpool(next, found, None)
+        wanted = protocol.inputs_of(json.loads(await request.body()))
+    except ValueError:
+        raise BadRequest("a read names its inputs: [{file_id, name, origin}]") from None
+    found = _carry(_sandboxes(request), access, wanted)
 
     def carried() -> Iterator[tuple[dict[str, Any], BinaryIO | None]]:
-        item = first
-        while item is not None:
+        for item in found:
             yield {"index": item.index, "found": item.found, "read_only": item.read_only}, item.reader
-            item = next(found, None)
 
     return StreamingResponse(protocol.frames(carried()), media_type="application/octet-stream")
+
+
+def _carry(sandboxes: LocalSandboxes, access: Access, wanted: tuple[Input, ...]) -> Iterator[Carried]:
+    """The inputs of each origin session, one session open at a time; a session that is
+    not found (or not the caller's) leaves its inputs out."""
+    by_origin: dict[str, list[int]] = {}
+    for index, item in enumerate(wanted):
+        by_origin.setdefault(item.origin or "", []).append(index)
+    for origin, indexes in by_origin.items():
+        with contextlib.suppress(SessionNotFound):
+            for carried in sandboxes.read_inputs(origin, access, [wanted[i] for i in indexes]):
+                yield Carried(indexes[carried.index], carried.found, carried.read_only, carried.reader)
 
 
 async def _record(request: Request) -> Response:
@@ -251,12 +280,20 @@ def _chunks(reader: BinaryIO) -> Iterator[bytes]:
             yield chunk
 
 
-async def _with_body(request: Request, work: Callable[[BinaryIO], T]) -> T:
-    """`work` on the request's body, in a worker thread that pulls it from the event loop
-    chunk by chunk as it writes: never held whole. Work refused before the body's end
-    (a session that does not admit the caller) reads the rest first: a caller still
-    sending would otherwise find its connection closed, and not hear why."""
-    body = request_body(request.stream())
+def _with_body(request: Request, work: Callable[[BinaryIO], T]) -> tuple[Callable[[], T], asyncio.Event]:
+    """`work` on the request's body, for a worker thread that pulls it from the event loop
+    chunk by chunk as it writes: never held whole; and an event set once it has all
+    arrived. Work refused before the body's end (a session that does not admit the caller)
+    reads the rest first: a caller still sending would otherwise find its connection
+    closed, and not hear why."""
+    received = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        async for chunk in request.stream():
+            yield chunk
+        received.set()
+
+    body = request_body(chunks())
 
     def done() -> T:
         try:
@@ -266,4 +303,35 @@ async def _with_body(request: Request, work: Callable[[BinaryIO], T]) -> T:
                 pass
             raise
 
-    return await run_in_threadpool(done)
+    return done, received
+
+
+async def _answer(work: Callable[[], Any], received: asyncio.Event | None = None) -> Response:
+    """`work`'s JSON answer, done in a worker thread. Ready within a heartbeat, it is
+    answered as it is (an error with its status); later, the answer is a 200 at once, kept
+    alive with a space every heartbeat until the JSON, or the error, follows in the body.
+    While a request's body still arrives (`received` not set) the caller is sending, not
+    waiting, and an answer begun would take the rest of the body (Starlette's streamed
+    answer reads the request to hear a disconnect): it begins after."""
+    task = asyncio.ensure_future(run_in_threadpool(work))
+    if received is not None:
+        arrived = asyncio.ensure_future(received.wait())
+        await asyncio.wait({task, arrived}, return_when=asyncio.FIRST_COMPLETED)
+        arrived.cancel()
+    done, _ = await asyncio.wait({task}, timeout=protocol.HEARTBEAT_SECONDS)
+    if done:
+        return JSONResponse(task.result())
+    return StreamingResponse(_beating(task), media_type="application/json", headers={protocol.LATE_HEADER: "1"})
+
+
+async def _beating(task: asyncio.Future[Any]) -> AsyncIterator[bytes]:
+    while not (await asyncio.wait({task}, timeout=protocol.HEARTBEAT_SECONDS))[0]:
+        yield b" "
+    try:
+        answer = task.result()
+    except ServiceError as exc:
+        answer = protocol.late_error_json(exc.status, exc.body())
+    except Exception:
+        log.exception("a late answer failed")
+        answer = protocol.late_error_json(500, {"error": "Internal error", "details": "the runner failed"})
+    yield json.dumps(answer).encode()

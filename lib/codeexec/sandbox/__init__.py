@@ -42,6 +42,7 @@ def _local(settings: Settings) -> Sandboxes:
             warm_sandboxes=settings.warm_sandboxes,
             # The longest run (compilers get at least a minute), and a little more.
             hold_wait_seconds=max(settings.run_timeout_seconds, 60) + 15,
+            runner_index=settings.fleet_index(),
         )
     )
 
@@ -61,12 +62,21 @@ def _agentcore(settings: Settings) -> Sandboxes:
 
 
 def _runner(settings: Settings) -> Sandboxes:
-    from .runner import RunnerConfig, RunnerSandboxes
+    from .runner import FleetConfig, RunnerFleet
 
-    if not (settings.runner_url and _runner_key(settings)):
-        raise RuntimeError("SANDBOX_BACKEND=runner needs RUNNER_URL and RUNNER_KEY")
-    config = RunnerConfig(settings.runner_url, _runner_key(settings), settings.run_timeout_seconds)
-    return RunnerSandboxes(config)
+    fleet = settings.fleet_urls()
+    if not ((fleet or settings.runner_url) and _runner_key(settings)):
+        raise RuntimeError("SANDBOX_BACKEND=runner needs RUNNER_KEY and RUNNER_URL (or RUNNER_URLS)")
+    urls = fleet or (str(settings.runner_url),)
+    return RunnerFleet(
+        FleetConfig(
+            urls,
+            _runner_key(settings),
+            settings.run_timeout_seconds,
+            routed=bool(fleet),
+            connect_seconds=settings.runner_connect_timeout_seconds,
+        )
+    )
 
 
 def _microvm(settings: Settings) -> Sandboxes:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from .. import ids
 from ..errors import BadRequest, Conflict, FileNotFound, SessionNotFound, TooLarge, UnsupportedLanguage
@@ -466,6 +466,10 @@ class Sandboxes:
         if record is None:
             raise Conflict("that program is not in its session (the session ended, or it never ran)")
         return record
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Whether the backend can serve calls now, and what /health says of it besides."""
+        return True, {}
 
     # -- the reaper's operations, and ending --------------------------------------------
 

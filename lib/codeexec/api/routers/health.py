@@ -1,11 +1,14 @@
 """GET /health: whether the service answers, what it accepts and which languages it runs.
-It needs no credentials, so a deployment that accepts none can still say why."""
+It needs no credentials, so a deployment that accepts none can still say why. A backend
+that cannot serve now (no runner of the fleet answers) makes it a 503, and says which of
+its parts answer."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 
 from ..dependencies import ServiceDep
 
@@ -20,11 +23,15 @@ router = APIRouter()
 # long calls cannot delay it.
 @router.get(HEALTH_PATH)
 @router.get(V1_HEALTH_PATH)
-async def health(service: ServiceDep) -> dict[str, Any]:
-    return {
-        "status": "ok",
+async def health(service: ServiceDep) -> JSONResponse:
+    sandboxes = service.sessions.sandboxes
+    serving, parts = sandboxes.health()
+    answer: dict[str, Any] = {
+        "status": "ok" if serving else "unavailable",
         "auth": service.auth.status(),
         "backend": service.settings.sandbox_backend,
-        "languages": sorted(service.sessions.sandboxes.languages),
+        **parts,
+        "languages": sorted(sandboxes.languages) if serving else [],
         "runs_at_once": service.admission.runs,
     }
+    return JSONResponse(answer, status_code=200 if serving else 503)

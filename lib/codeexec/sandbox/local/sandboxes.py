@@ -73,6 +73,9 @@ class LocalConfig:
     warm_sandboxes: int = 0  # runs made ahead from a bare interpreter, for any language
     # How long a call waits for a session another holds: beyond the longest run.
     hold_wait_seconds: float = 75.0
+    # This host's index in a fleet of runners (RUNNER_INDEX): the mark its new sessions'
+    # ids carry (ids.runner_mark). None: a lone host, whose ids mark nothing.
+    runner_index: int | None = None
 
 
 class LocalSandbox:
@@ -203,6 +206,7 @@ class LocalSandboxes(Sandboxes):
         self.limits = config.limits
         self.sandbox_user = (config.sandbox_uid, config.sandbox_gid)
         self.hold_wait_seconds = config.hold_wait_seconds
+        self.runner_index = config.runner_index
         self.storage = Storage.prepare(
             config.root, config.limits.max_session_bytes, config.sandbox_gid, config.image_bytes
         )
@@ -237,7 +241,7 @@ class LocalSandboxes(Sandboxes):
     ) -> Iterator[LocalSandbox]:
         if session_id is not None and not ids.is_session_id(session_id):
             raise ValueError("not a session id")
-        session_id = session_id or ids.new_session_id()
+        session_id = session_id or ids.new_session_id(self.runner_index)
         try:
             path = self.storage.create_session(session_id)
         except FileExistsError:
@@ -350,6 +354,10 @@ class LocalSandboxes(Sandboxes):
             os.close(lock)
         self.storage.destroy_session(tomb)
         return True
+
+    def session_count(self) -> int:
+        """How many sessions this host holds (a fleet places new ones by it)."""
+        return sum(1 for entry in os.scandir(self.root) if ids.is_session_id(entry.name))
 
     def leases(self) -> Iterator[Lease]:
         self._sweep_cancels()

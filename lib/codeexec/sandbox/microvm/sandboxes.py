@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
+import httpx
+
 from ...errors import BackendUnavailable, SessionNotFound
 from ...languages import LANGUAGES
 from ..port import (
@@ -55,7 +57,7 @@ from ..port import (
     SendTo,
     Slot,
 )
-from ..runner import RunnerClient, RunnerConfig, RunnerPort
+from ..runner import RunnerClient, RunnerPort, call_seconds
 from . import vm_ids
 from .api import TOKEN_MINUTES, MicrovmApi
 
@@ -94,8 +96,11 @@ class _Vm:
         self._vm_id, self._backend = vm_id, backend
         self._token, self._renew_at = "", 0.0
         self._lock = threading.Lock()
-        client = RunnerClient(endpoint, backend.config.runner_key, backend.runner.call_seconds, headers=self._auth)
-        self.port = RunnerPort(client, backend.runner.call_seconds)
+        # A VM AWS suspended resumes on its next request, which may take seconds: a VM's
+        # calls wait as long as its longest answer may take.
+        timeout = httpx.Timeout(call_seconds(backend.config.run_timeout_seconds), connect=10.0)
+        client = RunnerClient(endpoint, backend.config.runner_key, timeout, headers=self._auth)
+        self.port = RunnerPort(client)
 
     def _auth(self) -> dict[str, str]:
         with self._lock:
@@ -113,7 +118,6 @@ class MicrovmSandboxes(Sandboxes):
         self.config = config
         self.api = api or MicrovmApi(config.endpoint_url)
         self.ttl_seconds = min(config.lease_ttl_seconds, MAX_SECONDS)
-        self.runner = RunnerConfig("", config.runner_key, config.run_timeout_seconds)
         self._vms: OrderedDict[str, _Vm] = OrderedDict()
         self._vms_lock = threading.Lock()
 

@@ -2,8 +2,12 @@
 
 Every failure becomes one of `codeexec.errors` here, as `agentcore/api.py` does for AWS:
 an error the runner answered in its own words crosses as itself (a missing file is a
-FileNotFound on both sides), a runner that cannot be reached or answers otherwise is the
-backend being unavailable, which the caller may retry. Nothing logged here quotes a body.
+FileNotFound on both sides), a runner that cannot be reached, falls silent or answers
+otherwise is the backend being unavailable (`Unreachable`), which the caller may retry.
+Nothing logged here quotes a body.
+
+A late answer (protocol.LATE_HEADER: the runner kept the call alive with spaces ahead of
+its JSON) carries its error, if any, in the body: `call` raises it as an early one would.
 """
 
 from __future__ import annotations
@@ -22,8 +26,12 @@ from . import protocol
 log = logging.getLogger("codeexec.runner.client")
 
 
-class TimedOut(BackendUnavailable):
-    """The runner did not answer within the client's read timeout."""
+class Unreachable(BackendUnavailable):
+    """The runner did not take the connection, broke it, or fell silent: not an answer."""
+
+
+class TimedOut(Unreachable):
+    """The runner said nothing within the client's read timeout."""
 
 
 class RunnerClient:
@@ -31,24 +39,25 @@ class RunnerClient:
         self,
         base_url: str,
         key: str,
-        read_timeout: float,
+        timeout: httpx.Timeout,
         headers: Callable[[], Mapping[str, str]] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._extra_headers = headers
         self._http = httpx.Client(
-            base_url=self.base_url,
-            headers={protocol.KEY_HEADER: key},
-            timeout=httpx.Timeout(read_timeout, connect=10.0),
-            transport=transport,
+            base_url=self.base_url, headers={protocol.KEY_HEADER: key}, timeout=timeout, transport=transport
         )
 
     def call(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> Any:
         """One request; its JSON answer."""
         with self.stream(method, path, timeout, **kwargs) as response:
             response.read()
-            return response.json()
+            answer = response.json()
+        late = isinstance(answer, dict) and answer.get(protocol.LATE_ERROR)
+        if late:
+            raise protocol.error_of(int(late["status"]), late["body"])
+        return answer
 
     def raw(self, method: str, path: str, **kwargs: Any) -> bytes:
         """One request; its answer's bytes."""
@@ -68,7 +77,7 @@ class RunnerClient:
     def stream(self, method: str, path: str, timeout: float | None = None, **kwargs: Any) -> Iterator[httpx.Response]:
         """One request whose answer is read by the caller as it arrives."""
         if timeout is not None:
-            kwargs["timeout"] = httpx.Timeout(timeout, connect=10.0)
+            kwargs["timeout"] = timeout
         headers = dict(self._extra_headers()) if self._extra_headers else {}
         with _mapped(method, path), self._http.stream(method, path, headers=headers, **kwargs) as response:
             if response.status_code >= 400:
@@ -89,18 +98,20 @@ def _json_or_none(response: httpx.Response) -> Any:
 
 @contextlib.contextmanager
 def _mapped(method: str, path: str) -> Iterator[None]:
-    # The route's first segment only: session ids and paths stay out of the logs.
+    # The route's first segment only: session ids and paths stay out of the logs. A failed
+    # /health is the fleet's to tell (once, when the runner goes down), not every second.
     route = path.split("/")[1] if "/" in path else path
+    say = log.debug if route == "health" else log.warning
     try:
         yield
     except ServiceError:
         raise
     except httpx.TimeoutException as exc:
-        log.warning("runner %s /%s timed out", method, route)
-        raise TimedOut("the sandbox runner did not answer in time", retry_after=1) from exc
+        say("runner %s /%s timed out", method, route)
+        raise TimedOut("the sandbox runner did not answer in time", retry_after=5) from exc
     except httpx.HTTPError as exc:
-        log.warning("runner %s /%s failed: %s", method, route, type(exc).__name__)
-        raise BackendUnavailable("the sandbox runner could not be reached", retry_after=5) from exc
+        say("runner %s /%s failed: %s", method, route, type(exc).__name__)
+        raise Unreachable("the sandbox runner could not be reached", retry_after=5) from exc
 
 
 class ResponseReader(io.RawIOBase):

@@ -6,9 +6,10 @@ Both ends import this module, the runner (`codeexec.runner.app`) and the `runner
 the header names. `<access>` is the caller's `port.Access` as query parameters; a file id is one too (a raw
 path id may hold `..`, which a URL's path would resolve away).
 
-    GET    /health                              languages, named sessions (no key needed)
-    GET    /sessions                            every lease, one JSON object a line (the reaper)
-    DELETE /sessions/{id}                       end now; `?if_touched_at=T` ends only an idle one
+    GET    /health                              languages, named sessions, its index in a fleet,
+                                                its load: runs now, sessions held (no key needed)
+    GET    /sessions/{id}                       its lease, untouched
+    DELETE /sessions/{id}                       end now (each runner reaps its own sessions)
     POST   /cancels/{run_key}
     POST   /runs                                a Run: its JSON frame, then the bytes of inputs it
                                                 carries, a frame each; answers the Ran
@@ -18,13 +19,20 @@ path id may hold `..`, which a URL's path would resolve away).
     GET    /sessions/{id}/file?id=<file id>&<access>     a file's bytes, its stat in headers
     DELETE /sessions/{id}/file?id=<file id>&<access>     answers the path removed
     GET    /sessions/{id}/stat?id=<file id>&<access>
-    POST   /sessions/{id}/reads?<access>        several inputs of one session in one answer, a
-                                                frame each (a run elsewhere copies them in)
+    POST   /reads?<access>                      inputs of any of its sessions (each names its
+                                                origin) in one answer, a frame each: a run on
+                                                another runner or VM carries them in
     GET    /sessions/{id}/records/{key}?<access>     the service's own record (port.Keep)
 
 A frame is one JSON line, then the file's bytes in chunks, each a 4-byte big-endian length
 and that many bytes, ended by an empty chunk: files of any number and size, streamed one
 after another, lengths unknown ahead.
+
+A runner is never silent for long: an answer not ready within HEARTBEAT_SECONDS is a 200
+at once (LATE_HEADER), a space every HEARTBEAT_SECONDS, then its JSON, or `{LATE_ERROR:
+{status, body}}` for an error. So a caller tells a runner at work from one that froze, died
+or lost its link by silence alone (SILENT_SECONDS), whatever the call, and no call waits
+minutes on a dead peer's connection.
 """
 
 from __future__ import annotations
@@ -62,6 +70,12 @@ SIZE_HEADER = "X-File-Size"
 MTIME_HEADER = "X-File-Mtime-Ns"
 PATH_HEADER = "X-File-Path"
 CHUNK = 1 << 16
+LATE_HEADER = "X-Runner-Late"
+LATE_ERROR = "late_error"
+HEARTBEAT_SECONDS = 0.5
+# Five heartbeats missed: the runner is not answering. Under 3 s, which is how soon a
+# fleet's caller hears that a frozen or cut-off runner's session is unavailable.
+SILENT_SECONDS = 2.5
 # The error classes that cross as themselves, by the `error` of the one error body both
 # servers answer (codeexec.serving); any other answer is the runner failing.
 ERRORS: dict[str, type[errors.ServiceError]] = {
@@ -81,6 +95,10 @@ ERRORS: dict[str, type[errors.ServiceError]] = {
 
 class Readable(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
+
+
+def late_error_json(status: int, body: dict[str, Any]) -> dict[str, Any]:
+    return {LATE_ERROR: {"status": status, "body": body}}
 
 
 # -- the port's types ----------------------------------------------------------------------
@@ -118,11 +136,22 @@ def file_of(data: dict[str, Any]) -> FileInfo:
     return FileInfo(str(data["path"]), int(data["size"]), int(data["mtime_ns"]))
 
 
+def inputs_json(inputs: Iterable[Input]) -> list[dict[str, Any]]:
+    return [asdict(i) for i in inputs]
+
+
+def inputs_of(data: Any) -> tuple[Input, ...]:
+    try:
+        return tuple(Input(str(i["file_id"]), i.get("name"), i.get("origin")) for i in data)
+    except (KeyError, TypeError):
+        raise errors.BadRequest("inputs are [{file_id, name, origin}]") from None
+
+
 def run_json(run: Run) -> dict[str, Any]:
     return {
         "program": asdict(run.program),
         "placement": placement_json(run.placement),
-        "inputs": [asdict(i) for i in run.inputs],
+        "inputs": inputs_json(run.inputs),
         "keep": run.keep and {**asdict(run.keep), "record": base64.b64encode(run.keep.record).decode()},
     }
 
@@ -133,8 +162,7 @@ def run_of(data: dict[str, Any]) -> Run:
         keep = data.get("keep")
         if keep:
             keep = Keep(str(keep["key"]), base64.b64decode(keep["record"]), keep.get("replaces"))
-        inputs = tuple(Input(str(i["file_id"]), i.get("name"), i.get("origin")) for i in data.get("inputs", []))
-        return Run(_program_of(data["program"]), placement, inputs, keep)
+        return Run(_program_of(data["program"]), placement, inputs_of(data.get("inputs", [])), keep)
     except (KeyError, TypeError, ValueError):
         raise errors.BadRequest("not a run this runner understands") from None
 

@@ -1,5 +1,6 @@
-"""The `runner` backend: sandboxes leased from a runner (`python -m codeexec.runner`) over
-HTTP, every coarse operation of the port one request (routes in protocol.py).
+"""One runner's port: every coarse operation of the port one request to a runner
+(`python -m codeexec.runner`; routes in protocol.py). The `runner` backend (fleet.py) routes
+each call to one of these, and the `microvm` backend to its session's VM's.
 
 The runner answers each with the `local` backend's own operation: the session's lease,
 its use (the reaper keeps away) and its exclusive hold are taken and let go of inside the
@@ -13,48 +14,34 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import logging
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any, BinaryIO, cast
 from urllib.parse import quote
 
 from ... import ids
-from ...errors import BackendUnavailable, SessionNotFound, TooLarge
+from ...errors import SessionNotFound, TooLarge
 from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, Sandboxes, SendTo, Slot
 from . import protocol
 from .client import ResponseReader, RunnerClient
 
-log = logging.getLogger("codeexec.runner.client")
-# How long the runner's /health may take to answer before it counts as not up yet.
-_HEALTH_SECONDS = 5.0
 # Compiled languages get at least this long per run (the local backend's floor).
 _SLOWEST_RUN_SECONDS = 60.0
 # What a request may take beyond its own work: the runner's sandbox set-up, a busy host.
 _GRACE_SECONDS = 30.0
 
 
-@dataclass(frozen=True)
-class RunnerConfig:
-    url: str
-    key: str
-    run_timeout_seconds: float  # the longest run a caller may ask for
-
-    @property
-    def call_seconds(self) -> float:
-        """The longest one request may take: a run, and the copies and listings around it."""
-        return 2 * max(self.run_timeout_seconds, _SLOWEST_RUN_SECONDS) + 4 * _GRACE_SECONDS
+def call_seconds(run_timeout_seconds: float) -> float:
+    """The longest one request may take: a run, and the copies and listings around it."""
+    return 2 * max(run_timeout_seconds, _SLOWEST_RUN_SECONDS) + 4 * _GRACE_SECONDS
 
 
 class RunnerPort(Sandboxes):
-    """The port over one runner's client: what the `runner` backend is, and what the
-    `microvm` backend talks to once it has found a session's VM."""
+    """The port over one runner's client: what the `runner` backend routes each call to,
+    and what the `microvm` backend talks to once it has found a session's VM."""
 
-    def __init__(self, client: RunnerClient, call_seconds: float) -> None:
+    def __init__(self, client: RunnerClient) -> None:
         self.client = client
-        self.call_seconds = call_seconds
 
     def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
         frames = itertools.chain(
@@ -62,14 +49,14 @@ class RunnerPort(Sandboxes):
             (({"index": c.index, "found": c.found, "read_only": c.read_only}, c.reader) for c in carried),
         )
         with slot():
-            answer = self.client.call("POST", "/runs", timeout=self.call_seconds, content=protocol.frames(frames))
+            answer = self.client.call("POST", "/runs", content=protocol.frames(frames))
         return protocol.ran_of(answer)
 
     def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
         spec = {"placement": protocol.placement_json(placement), "limit": limit}
         bounded = (({"path": path}, _Bounded(data, limit)) for path, data in files)
         frames: Iterable[tuple[dict[str, Any], protocol.Readable | None]] = itertools.chain([(spec, None)], bounded)
-        answer = self.client.call("POST", "/writes", timeout=self.call_seconds, content=protocol.frames(frames))
+        answer = self.client.call("POST", "/writes", content=protocol.frames(frames))
         return str(answer["session_id"])
 
     def list_files(self, session_id: str, access: Access) -> list[FileInfo]:
@@ -93,9 +80,16 @@ class RunnerPort(Sandboxes):
         return str(self.client.call("DELETE", _session(session_id, "file"), params=params)["path"])
 
     def read_inputs(self, session_id: str, access: Access, inputs: Iterable[Input]) -> Iterator[Carried]:
-        wanted = [{"file_id": i.file_id, "name": i.name} for i in inputs]
+        if not ids.is_session_id(session_id):
+            raise SessionNotFound()
+        return self.carry(access, [replace(i, origin=session_id) for i in inputs])
+
+    def carry(self, access: Access, inputs: list[Input]) -> Iterator[Carried]:
+        """Inputs of any of the runner's sessions (each names its origin), in one request,
+        for a run elsewhere to carry in, each read to its end before the next; those not
+        found are left out. Indexes are into `inputs`."""
         params = protocol.access_params(access)
-        stack, response = self.client.opened("POST", _session(session_id, "reads"), params=params, json=wanted)
+        stack, response = self.client.opened("POST", "/reads", params=params, json=protocol.inputs_json(inputs))
         with stack:
             reader = ResponseReader(stack, response)
             for header, body in protocol.frames_of(reader.read):
@@ -112,79 +106,9 @@ class RunnerPort(Sandboxes):
         if ids.is_session_id(session_id):
             self.client.call("DELETE", f"/sessions/{session_id}")
 
-    def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
-        try:
-            lease = self.lease(session_id)
-        except SessionNotFound:
-            return False
-        if not still_due(lease):
-            return False
-        # The runner ends it only if nobody touched it since this look, and no call holds it.
-        answer = self.client.call("DELETE", f"/sessions/{session_id}", params={"if_touched_at": repr(lease.touched_at)})
-        return bool(answer["ended"])
-
-    def leases(self) -> Iterator[Lease]:
-        with self.client.stream("GET", "/sessions") as response:
-            for line in response.iter_lines():
-                if line.strip():
-                    yield protocol.lease_of(json.loads(line))
-
     def cancel(self, run_key: str) -> None:
         if ids.is_file_id(run_key):  # the shape of every run key; anything else names no run
             self.client.call("POST", f"/cancels/{run_key}")
-
-
-class RunnerSandboxes(RunnerPort):
-    """SANDBOX_BACKEND=runner: one runner at RUNNER_URL, with its languages.
-
-    The service starts whatever the runner's state (under Compose both start at once, and a
-    slow host's runner answers later): until the runner's /health has answered, a thread
-    asks again every second, and what only the runner can tell, its languages and whether
-    it names sessions, is a 503 with a retry hint saying so, on /health and on every call."""
-
-    def __init__(self, config: RunnerConfig, client: RunnerClient | None = None) -> None:
-        client = client or RunnerClient(config.url, config.key, read_timeout=config.call_seconds)
-        super().__init__(client, config.call_seconds)
-        self.url = config.url
-        self._told: dict[str, Any] = {}
-        if not self._ask():
-            log.warning("the sandbox runner at %s does not answer yet: every call is a 503 until it does", self.url)
-            threading.Thread(target=self._wait_for_runner, name="runner-health", daemon=True).start()
-
-    @property
-    def languages(self) -> frozenset[str]:
-        return frozenset(self._tells("languages"))
-
-    @languages.setter
-    def languages(self, value: frozenset[str]) -> None:
-        self._told["languages"] = value
-
-    @property
-    def named_sessions(self) -> bool:
-        return bool(self._tells("named_sessions"))
-
-    @named_sessions.setter
-    def named_sessions(self, value: bool) -> None:
-        self._told["named_sessions"] = value
-
-    def _tells(self, name: str) -> Any:
-        if name not in self._told:
-            raise BackendUnavailable(f"the sandbox runner at {self.url} does not answer yet", retry_after=2)
-        return self._told[name]
-
-    def _ask(self) -> bool:
-        try:
-            health = self.client.call("GET", "/health", timeout=_HEALTH_SECONDS)
-        except BackendUnavailable:
-            return False
-        self.languages = frozenset(str(lang) for lang in health["languages"])
-        self.named_sessions = bool(health["named_sessions"])
-        return True
-
-    def _wait_for_runner(self) -> None:
-        while not self._ask():
-            time.sleep(1)
-        log.info("the sandbox runner at %s answers", self.url)
 
 
 def _session(session_id: str, *rest: str) -> str:
