@@ -65,7 +65,8 @@ def start(engine: Engine, data_root: Path, bridge: str = "none", seccomp: Path |
         *(["--seccomp-profile", str(seccomp)] if seccomp else []),
     ]  # fmt: skip
     if engine.netns:  # a host of its own: its network namespace and its own host name
-        argv = ["ip", "netns", "exec", engine.netns, "unshare", "--uts", "sh", "-c",
+        # nsenter, not `ip netns exec`: that one mounts a /sys of its own, without cgroups.
+        argv = ["nsenter", f"--net=/var/run/netns/{engine.netns}", "unshare", "--uts", "sh", "-c",
                 'hostname "$0" && exec "$@"', engine.name, *argv]  # fmt: skip
     with open(engine.run / "dockerd.log", "ab") as log:
         # A session of its own: an interrupt meant for pytest leaves it to stop().

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,8 +67,8 @@ def swarm(image: str) -> Iterator[Swarm]:
         for i in range(NODES):
             made.start(i)
             made.nodes[i].docker("swarm", "leave", "--force", check=False)  # a last run's swarm
-        for i in range(1, NODES):
-            _same_image(nodes[0], nodes[i], image)
+        with ThreadPoolExecutor() as loads:  # the two loads at once: each writes the image's gigabytes
+            list(loads.map(lambda node: _same_image(nodes[0], node, image), nodes[1:]))
         manager = made.manager
         manager.docker("swarm", "init", "--advertise-addr", node_ip(0))
         token = manager.docker("swarm", "join-token", "-q", "worker")
