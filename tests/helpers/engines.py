@@ -38,7 +38,10 @@ class Engine:
 
     def ready(self) -> bool:
         asked = ["docker", "version", "--format", "{{.Server.Version}}"]
-        return subprocess.run(asked, env=self.env, capture_output=True, timeout=10).returncode == 0
+        try:  # a daemon busy starting may take the connection and answer late
+            return subprocess.run(asked, env=self.env, capture_output=True, timeout=10).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
 
     def pid(self) -> int | None:
         pidfile = self.run / "dockerd.pid"
@@ -53,7 +56,9 @@ class Engine:
         return ""
 
 
-def start(engine: Engine, data_root: Path, bridge: str = "none", seccomp: Path | None = None) -> None:
+def start(
+    engine: Engine, data_root: Path, bridge: str = "none", seccomp: Path | None = None, dns: str | None = None
+) -> None:
     """Starts its dockerd (again: a stopped engine keeps its data root, containers and swarm)."""
     engine.run.mkdir(parents=True, exist_ok=True)
     data_root.mkdir(parents=True, exist_ok=True)
@@ -62,7 +67,7 @@ def start(engine: Engine, data_root: Path, bridge: str = "none", seccomp: Path |
         "--pidfile", str(engine.run / "dockerd.pid"), "-H", engine.host, "--bridge", bridge,
         "--iptables=false", "--ip-masq=false", "--containerd-namespace", f"cx-{engine.name}",
         "--containerd-plugins-namespace", f"cx-{engine.name}-plugins",
-        *(["--seccomp-profile", str(seccomp)] if seccomp else []),
+        *(["--seccomp-profile", str(seccomp)] if seccomp else []), *(["--dns", dns] if dns else []),
     ]  # fmt: skip
     if engine.netns:  # a host of its own: its network namespace and its own host name
         # nsenter, not `ip netns exec`: that one mounts a /sys of its own, without cgroups.

@@ -9,9 +9,13 @@ docs/swarm.md asks of a node that runs one."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import shutil
+import socket
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +27,8 @@ from .runner_container import SECCOMP
 BRIDGE, NET = "cxswarm0", "172.30.98"
 NODES = 3
 BUILD_DATA_ROOT = Path("/var/lib/codeexec-docker")  # sam-local/dockerd.sh's
+_libc = ctypes.CDLL(None, use_errno=True)
+_CLONE_NEWNET = 0x40000000
 
 
 def node_ip(i: int) -> str:
@@ -46,7 +52,8 @@ class Swarm:
         engines.stop(self.nodes[i])
 
     def start(self, i: int) -> None:
-        engines.start(self.nodes[i], data_root(i), seccomp=SECCOMP)
+        # The containers' resolver for names the swarm does not know: the node's (below).
+        engines.start(self.nodes[i], data_root(i), seccomp=SECCOMP, dns=node_ip(i))
 
     def node_of_tasks(self, service: str) -> list[int]:
         """The nodes that run the service's tasks now."""
@@ -64,6 +71,8 @@ def swarm(image: str) -> Iterator[Swarm]:
     made = Swarm(nodes)
     try:
         _network()
+        for i in range(NODES):
+            threading.Thread(target=_resolver, args=(i,), daemon=True).start()
         for i in range(NODES):
             made.start(i)
             made.nodes[i].docker("swarm", "leave", "--force", check=False)  # a last run's swarm
@@ -110,6 +119,24 @@ def _network() -> None:
         for command in (["addr", "add", f"{node_ip(i)}/24", "dev", "eth0"], ["link", "set", "eth0", "up"],
                         ["link", "set", "lo", "up"], ["route", "add", "default", "via", f"{NET}.1"]):  # fmt: skip
             _ip("-n", ns, *command)
+
+
+def _resolver(i: int) -> None:
+    """Node i's DNS server, as a host's network has one: it knows no name (NXDOMAIN at
+    once). Swarm's own resolver asks it for a name that is not the swarm's, such as a
+    stopped node's runner; with none, each such lookup would wait 10 s for an answer. It
+    listens in the node's namespace, where its containers' queries arrive (no NAT here)."""
+    namespace = os.open(f"/var/run/netns/cx-node{i}", os.O_RDONLY)
+    assert _libc.setns(namespace, _CLONE_NEWNET) == 0, "setns"  # this thread's alone
+    os.close(namespace)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server:
+        server.bind((node_ip(i), 53))
+        server.settimeout(1)
+        while Path(f"/var/run/netns/cx-node{i}").exists():  # until the swarm is taken down
+            with contextlib.suppress(TimeoutError):
+                query, peer = server.recvfrom(512)
+                if len(query) >= 12:  # the query back as its answer: QR, RD, RA, NXDOMAIN, no records
+                    server.sendto(query[:2] + b"\x81\x83" + query[4:6] + b"\x00\x00" * 3 + query[12:], peer)
 
 
 def _network_down() -> None:
