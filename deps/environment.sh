@@ -6,23 +6,36 @@
 #                                       $UV, else `uv` on the PATH)
 #   deps/environment.sh node PREFIX     node/package-lock.json's node_modules (npm ci)
 #   deps/environment.sh tools PREFIX    tools/: `python`, the `pip` that says why it installs
-#                                       nothing, matplotlib's defaults
+#                                       nothing, `pandoc` that makes PDFs without TeX, `dpkg`
+#                                       that reads a copy of Debian's status, matplotlib's
+#                                       defaults
 #
 # The Makefile and the Dockerfile both run it: the host and the runner's image get one set.
-# Each part is built beside the old one and swapped in whole, so a failed install leaves
-# the set that was there; what it was installed from is kept as PREFIX/<part>.lock.
+# Each part is built beside the old one, in PREFIX/<part>.<time>, and PREFIX/<part> is a
+# symlink to it, swapped in one rename: a failed install leaves the set that was there, and
+# a run starting meanwhile finds the old set or the new one, never half of one (runs go on
+# while a host installs). What it was installed from is kept as PREFIX/<part>.lock.
 set -euo pipefail
 deps=$(cd "$(dirname "$0")" && pwd)
 part=$1 prefix=$2
-new=$prefix/$part.new
-rm -rf "$new"
+mkdir -p "$prefix"
+current=$(readlink "$prefix/$part" 2>/dev/null || true)
+for left in "$prefix/$part".*/; do  # what an install that failed left behind
+  [ ! -d "$left" ] || [ "$(basename "$left")" = "$current" ] || rm -rf "$left"
+done
+new=$prefix/$part.$(date +%s%N)
 mkdir -p "$new"
 case $part in
   python)
-    # Wheels only (no compiler runs), with their hashes checked, for Debian's python3; the
-    # bytecode compiled now, since a run can write none (the prefix is read-only to it).
+    # Wheels only, with their hashes checked, for Debian's python3: the registry's, and
+    # those python/build-wheels.sh builds for packages that publish none. The bytecode
+    # compiled now, since a run can write none (the prefix is read-only to it).
+    wheels=$(mktemp -d)
+    "$deps/python/build-wheels.sh" "$wheels"
     "${UV:-uv}" pip install --quiet --no-config --python /usr/bin/python3 --target "$new" \
-      --require-hashes --only-binary :all: --compile-bytecode -r "$deps/python/requirements.lock"
+      --require-hashes --only-binary :all: --find-links "$wheels" --compile-bytecode \
+      -r "$deps/python/requirements.lock"
+    rm -rf "$wheels"
     stamp=$(cat "$deps/python/requirements.lock") ;;
   node)
     cp "$deps/node/package.json" "$deps/node/package-lock.json" "$new/"
@@ -34,12 +47,16 @@ case $part in
     cp -R "$deps/tools/." "$new/"
     ln -s /usr/bin/python3 "$new/bin/python"
     ln -s pip "$new/bin/pip3"
+    # What Debian installed, for bin/dpkg (made now: deps/apt.txt is installed first).
+    mkdir -p "$new/dpkg/updates"
+    cp /var/lib/dpkg/status "$new/dpkg/status"
     stamp=$(cd "$deps/tools" && find . -type f | sort | xargs sha256sum) ;;
   *) echo "usage: $0 python|node|tools PREFIX" >&2; exit 2 ;;
 esac
 chmod -R a+rX "$new"
-rm -rf "$prefix/$part.old"
-[ ! -e "$prefix/$part" ] || mv "$prefix/$part" "$prefix/$part.old"
-mv "$new" "$prefix/$part"
-rm -rf "$prefix/$part.old"
+ln -sfn "$(basename "$new")" "$prefix/$part.link"
+# A directory from before the symlinks cannot be renamed over: moved aside once.
+[ -L "$prefix/$part" ] || [ ! -e "$prefix/$part" ] || mv "$prefix/$part" "$prefix/$part.old"
+mv -T "$prefix/$part.link" "$prefix/$part"
+rm -rf "$prefix/$part.old" ${current:+"$prefix/$current"}
 printf '%s\n' "$stamp" > "$prefix/$part.lock"

@@ -1,6 +1,7 @@
-"""The README's list of the sandbox's libraries and tools, written from deps/ (`make readme-env`,
-run by `make lock`): `python deps/readme_env.py README.md` rewrites the part between the
-markers; tests/test_environment.py checks that it matches the locks.
+"""The list of the sandbox's libraries and tools in docs/libraries.md, written from deps/
+(`make readme-env`, run by `make lock`): `python deps/readme_env.py docs/libraries.md`
+rewrites the part between the markers; tests/test_environment.py checks that it matches
+the locks.
 
 Python and npm versions come from the locks. Debian's come from the machine that runs it
 (`dpkg-query`): Debian 12 pins them by its release, and they change only with its updates.
@@ -84,10 +85,10 @@ def section(versions: dict[str, str]) -> str:
     return "\n\n".join([BEGIN, python_paragraph(), node_paragraph(), debian_paragraph(versions), END])
 
 
-def main(readme: Path) -> None:
-    text = readme.read_text()
+def main(page: Path) -> None:
+    text = page.read_text()
     start, end = text.index(BEGIN), text.index(END) + len(END)
-    readme.write_text(text[:start] + section(debian_versions(debian_packages())) + text[end:])
+    page.write_text(text[:start] + section(debian_versions(debian_packages())) + text[end:])
 
 
 if __name__ == "__main__":

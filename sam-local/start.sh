@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make sam-local`: the README's sam local steps in one, with no AWS account and no registry.
+# `make sam-local`: the sam local steps of docs/backends.md in one, with no AWS account and no registry.
 # A Docker engine of our own (dockerd.sh), the stand-in for Lambda's base image
 # (base-image.sh), the runner on that engine's bridge, `sam build` for this host's
 # architecture, and `sam local start-api` until it ends (Ctrl-C); then everything it

@@ -56,6 +56,22 @@ os.environ["WARM_PYTHON"] = os.environ["WARM_SANDBOXES"] = str(WARM_PYTHON)
 TEST_STORAGE = Path("/var/tmp/codeexec-tests")
 
 
+# Backends a parametrized fixture may name whose sandboxes are this host's (a runner, a fake
+# MicroVM's runner): they need the sandboxes' storage too, fetched by getfixturevalue.
+_LOCAL_SANDBOXES = {"local", "runner", "microvm"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that needs the sandboxes' storage (a btrfs filesystem, bubblewrap as the
+    sandbox uid) needs root: marked so, whichever fixture or parameter brought it in."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec else ()
+        local = any(isinstance(param, str) and param in _LOCAL_SANDBOXES for param in params)
+        if "sandbox_storage" in getattr(item, "fixturenames", ()) or local:
+            item.add_marker(pytest.mark.root)
+
+
 @pytest.fixture(scope="session")
 def sandbox_storage() -> Path:
     Storage.prepare(TEST_STORAGE, session_bytes=1 << 30, sandbox_gid=Settings().sandbox_gid, image_bytes=16 << 30)

@@ -20,18 +20,24 @@ import pytest
 import yaml
 
 from .docker_engine import docker_engine
-from .helpers.g2_client import CLIENTS, KID, drive_client
+from .helpers.contract import G2_CLIENTS, drive_g2_client
+from .helpers.g2 import KID
 from .helpers.tokens import Issuer
 from .serving import free_port
 
 ROOT = Path(__file__).parent.parent
 IMAGE = "codeexec/runner:test"
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("dockerd") and shutil.which("debootstrap") and shutil.which("docker-compose"))
-    or os.geteuid() != 0,
-    reason="needs root, dockerd, debootstrap and docker-compose: `make sam-local-deps` installs them",
-)
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (shutil.which("dockerd") and shutil.which("debootstrap") and shutil.which("docker-compose"))
+        or os.geteuid() != 0,
+        reason="needs root, dockerd, debootstrap and docker-compose: `make sam-local-deps` installs them",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -205,8 +211,8 @@ def service(engine: str, issuer: Issuer, sandbox_root: Path) -> Iterator[Deploym
 
 
 def test_the_g2_client_runs_through_the_compose_set_up(service: Deployment, issuer: Issuer) -> None:
-    assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
-    result = drive_client(service.base, issuer)
+    assert (G2_CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
+    result = drive_g2_client(service.base, issuer)
     assert result["client"]["version"].startswith("3.9.")
     first = result["first"]
     assert first["threw"] is False, first["error"]

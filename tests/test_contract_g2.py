@@ -18,10 +18,9 @@ from codeexec.settings import Settings
 
 from .calls import file_id
 from .conftest import API_KEY
-from .helpers.g2_client import KID, drive_client
+from .helpers.contract import assert_languages, drive_g1_client, drive_g2_client
+from .helpers.g2 import KID
 from .helpers.tokens import Issuer
-from .test_contract_g1 import assert_languages
-from .test_contract_g1 import drive_client as drive_g1_client
 
 
 @pytest.fixture
@@ -48,7 +47,7 @@ def app(request: pytest.FixtureRequest, settings: Settings, issuer: Issuer) -> F
 
 
 def test_g2_client_runs_writes_downloads_and_reads_back(live_server: str, issuer: Issuer) -> None:
-    result = drive_client(live_server, issuer)
+    result = drive_g2_client(live_server, issuer)
     assert result["client"]["version"].startswith("3.9.")
     token, file_token = result["tokens"]["stdout"], result["tokens"]["file"]
 
@@ -87,7 +86,7 @@ def test_g2_client_runs_writes_downloads_and_reads_back(live_server: str, issuer
 
 
 def test_a_g1_client_and_a_g2_client_share_one_deployment(live_server: str, issuer: Issuer) -> None:
-    g2 = drive_client(live_server, issuer)
+    g2 = drive_g2_client(live_server, issuer)
     g1 = drive_g1_client(live_server, API_KEY)
     assert g1["second"]["content"] == f"stdout:\n{g1['tokens']['file']}"
     assert g2["second"]["content"] == f"stdout:\n{g2['tokens']['file']}"
@@ -103,7 +102,7 @@ AWKWARD = ["Q3 #1.csv", "what?.txt", "100% done.txt", "résumé final.txt"]
 
 
 def test_skills_two_users_and_awkward_names_as_librechat_meets_them(live_server: str, issuer: Issuer) -> None:
-    result = drive_client(live_server, issuer, "files_client.mjs")
+    result = drive_g2_client(live_server, issuer, "files_client.mjs")
     assert result["client"]["version"].startswith("3.9.")
 
     # The skill bundle keeps its nested paths: the reply echoes each, two READMEs included.
@@ -163,7 +162,7 @@ def test_skills_two_users_and_awkward_names_as_librechat_meets_them(live_server:
 def test_programmatic_tools_and_the_stateful_profile_through_the_real_tools(
     live_server: str, issuer: Issuer, request: pytest.FixtureRequest
 ) -> None:
-    result = drive_client(live_server, issuer, "ptc_client.mjs")
+    result = drive_g2_client(live_server, issuer, "ptc_client.mjs")
     assert result["client"]["version"] == "3.9.2"
 
     # The package ran each tool the program called; results came back as Python values.
@@ -196,7 +195,7 @@ def test_programmatic_tools_and_the_stateful_profile_through_the_real_tools(
 
     if request.node.callspec.params["app"] == "agentcore":
         # No session can be named ahead on AgentCore: the profile is refused as the client
-        # expects, a permanent capability mismatch it does not retry (README).
+        # expects, a permanent capability mismatch it does not retry (docs/api.md).
         for name in ("prewarm", "stateful_write", "aborted"):
             assert "does not provide the requested execution profile" in result[name]["threw"]["message"], name
         return

@@ -3,8 +3,6 @@ bearer-only auth, its shapes and its routes, served beside G1 by the same deploy
 
 from __future__ import annotations
 
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,30 +15,8 @@ from codeexec.settings import Settings
 
 from .calls import file_id
 from .conftest import API_KEY
-from .test_tokens import Issuer
-
-KID = "lc-codeapi-2026-05"  # LibreChat's default kid for the code API token
-TENANT = "tenant-1"
-USER = "64f0c0ffee0000000000abcd"
-
-
-def librechat_token(issuer: Issuer, kid: str = KID, tenant: str = TENANT, sub: str = USER) -> str:
-    """The claims LibreChat (packages/api/src/auth/codeapi.ts) signs for the code API."""
-    now = int(time.time())
-    return issuer.token(
-        kid,
-        tenant,
-        iss="librechat",
-        aud="codeapi",
-        sub=sub,
-        iat=now,
-        nbf=now,
-        exp=now + 300,
-        jti=str(uuid.uuid4()),
-        role="USER",
-        principal_source="librechat_jwt",
-        auth_context_hash="0" * 64,
-    )
+from .helpers.g2 import KID, USER, g2_settings, librechat_token
+from .helpers.tokens import Issuer
 
 
 @pytest.fixture
@@ -49,17 +25,6 @@ def issuer(tmp_path: Path) -> Issuer:
     made.add_key(KID, "EdDSA")
     made.add_key("lc-rsa", "RS256")
     return made
-
-
-def g2_settings(settings: Settings, issuer: Issuer, modes: str = "key,jwt") -> Settings:
-    return settings.model_copy(
-        update={
-            "code_exec_auth_modes": frozenset(modes.split(",")),
-            "code_exec_jwt_jwks_url": issuer.url,
-            "code_exec_jwt_issuer": "librechat",
-            "code_exec_jwt_audience": "codeapi",
-        }
-    )
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from codeexec.large_files import KEY_PREFIX
 
 from .apigateway import ApiGateway
 from .conftest import API_KEY, free_port
-from .helpers.g2_client import CLIENTS
+from .helpers.contract import G2_CLIENTS
 from .lambda_events import cold_start
 
 TWENTY_MB = 20 << 20
@@ -70,7 +70,7 @@ def api(
 def download_with_axios(base_url: str, path: str) -> dict:
     env = {"PATH": os.environ["PATH"], "LIBRECHAT_CODE_BASEURL": base_url, "LIBRECHAT_CODE_API_KEY": API_KEY}
     done = subprocess.run(
-        ["node", str(CLIENTS / "download_client.mjs")],
+        ["node", str(G2_CLIENTS / "download_client.mjs")],
         env=env | {"DOWNLOAD_PATH": path}, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -22,7 +22,7 @@ from codeexec.settings import Settings
 from .calls import run
 from .conftest import API_KEY
 
-README = Path(__file__).parent.parent / "README.md"
+LIMITS_PAGE = Path(__file__).parent.parent / "docs" / "isolation.md"
 # Every limit a user can hit, by its setting.
 LIMITS = (
     "run_timeout_seconds", "run_cpu_seconds", "run_memory_bytes", "run_max_processes", "max_output_bytes",
@@ -48,15 +48,15 @@ def settings(settings: Settings) -> Settings:
     )
 
 
-def test_every_limit_has_a_default_a_setting_and_a_readme_row(
+def test_every_limit_has_a_default_a_setting_and_a_documented_row(
     monkeypatch: pytest.MonkeyPatch, sandbox_root: Path
 ) -> None:
-    readme = README.read_text()
+    page = LIMITS_PAGE.read_text()
     for name in LIMITS:
         default = Settings.model_fields[name].default
-        rows = (line for line in readme.splitlines() if line.startswith("|") and f"`{name.upper()}`" in line)
+        rows = (line for line in page.splitlines() if line.startswith("|") and f"`{name.upper()}`" in line)
         row = next(rows, None)
-        assert row is not None, f"README has no row for {name.upper()}"
+        assert row is not None, f"docs/isolation.md has no row for {name.upper()}"
         assert f"`{default:g}`" in row or f"`{default}`" in row, (name, row)
         monkeypatch.setenv(name.upper(), "7")
     configured = Settings()
@@ -119,18 +119,21 @@ def test_cpu_time(client: TestClient) -> None:
     assert body["stderr"] == "Stopped: the program used up its 1 s of CPU time.\n"
 
 
+@pytest.mark.cgroups
 @pytest.mark.skipif(not HAS_CGROUPS, reason="this host has no memory and pids cgroups for us")
 def test_memory(client: TestClient) -> None:
     body = run(client, "hoard = []\nwhile True:\n    hoard.append(bytearray(1 << 20))")
     assert f"Killed: the run exceeded its memory limit of {96 << 20} bytes.\n" in body["stderr"]
 
 
+@pytest.mark.cgroups
 @pytest.mark.skipif(not HAS_CGROUPS, reason="this host has no memory and pids cgroups for us")
 def test_a_ram_disk_counts_as_memory(client: TestClient) -> None:
     body = run(client, "open('/dev/shm/fill', 'wb').write(b'x' * (200 << 20))")
     assert "memory limit" in body["stderr"] or "No space left" in body["stderr"]
 
 
+@pytest.mark.cgroups
 @pytest.mark.skipif(not HAS_CGROUPS, reason="this host has no memory and pids cgroups for us")
 def test_processes_and_threads(client: TestClient) -> None:
     code = """
@@ -148,12 +151,13 @@ except RuntimeError:
     assert "The run reached its limit of 24 processes and threads; no more started.\n" in body["stderr"]
 
 
+@pytest.mark.cgroups
 @pytest.mark.skipif(not HAS_CGROUPS, reason="this host has no memory and pids cgroups for us")
 def test_a_runs_cgroup_is_removed_after_it(client: TestClient) -> None:
     body = run(client, "print(open('/proc/self/cgroup').read())")
-    names = set(re.findall(r"/(codeexec-[0-9a-f]+)$", body["stdout"], re.MULTILINE))
+    names = set(re.findall(r"/(codeexec-[0-9.]+-[0-9a-f]+)$", body["stdout"], re.MULTILINE))
     (name,) = names  # the run was inside one, named alike in each hierarchy
-    # Removed after the reply, off its path (a warm run's is, README "Warm sandboxes").
+    # Removed after the reply, off its path (a warm run's is, docs/isolation.md "Warm sandboxes").
     deadline = time.monotonic() + 5
     while any((parent.path / name).exists() for parent in cgroups.detect().values()):
         assert time.monotonic() < deadline, "the run's cgroup was not removed"

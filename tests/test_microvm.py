@@ -5,7 +5,6 @@ launches past the rate limit."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -34,23 +33,16 @@ from codeexec.settings import Settings
 
 from .calls import file_id, names, run, upload
 from .conftest import API_KEY
-from .fakes.microvms import FakeMicrovms, running_fake
+from .fakes.microvms import FakeMicrovms
+from .helpers.microvms import trusted_fake
+from .helpers.programs import ARG, HELLO, TOKEN
 from .serving import free_port
-from .test_languages import ARG, HELLO, TOKEN
 
 IMAGE = "arn:aws:lambda:us-east-1:123456789012:microvm-image:codeexec-runner"
 EGRESS = "arn:aws:lambda:us-east-1:123456789012:network-connector:codeexec-no-egress"
 RUNNER_KEY = "microvm-runner-key-0123"
 
-
-@contextlib.contextmanager
-def trusted_fake(settings: Settings, monkeypatch: pytest.MonkeyPatch, **options: Any) -> Iterator[FakeMicrovms]:
-    """The fake, its endpoints' certificate authority trusted by every HTTPS client here."""
-    root = Path(settings.sandbox_root) / "vms"  # reachable by the sandbox uid, unlike tmp_path
-    with running_fake(root, settings, **options) as fake:
-        fake.ca.cert_pem.write_to_path(str(root.parent / "ca.pem"))
-        monkeypatch.setenv("SSL_CERT_FILE", str(root.parent / "ca.pem"))
-        yield fake
+NOBODY = "A" * 21  # a session id no runner holds
 
 
 @pytest.fixture
@@ -118,9 +110,10 @@ def runner_call(fake: FakeMicrovms, session: str, path: str, **headers: str) -> 
 
 def test_the_endpoint_wants_a_minted_token_and_the_runner_its_key(client: TestClient, fake: FakeMicrovms) -> None:
     session = upload(client, "a.txt", b"x")["session_id"]
-    assert runner_call(fake, session, "/sessions", **{"X-aws-proxy-auth": "forged"}).status_code == 403
-    assert runner_call(fake, session, "/sessions", **{"X-Runner-Key": "wrong"}).status_code == 401
-    assert runner_call(fake, session, "/sessions").status_code == 200
+    lease = f"/sessions/{session}"
+    assert runner_call(fake, session, lease, **{"X-aws-proxy-auth": "forged"}).status_code == 403
+    assert runner_call(fake, session, lease, **{"X-Runner-Key": "wrong"}).status_code == 401
+    assert runner_call(fake, session, lease).status_code == 200
 
 
 @pytest.mark.parametrize("lang", sorted(HELLO))
@@ -262,7 +255,7 @@ def test_the_runner_answers_awss_hooks_at_their_paths_with_their_bodies(hooked_r
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert ready.status_code == 200
-    assert httpx.get(f"{runner}/sessions", headers=keyed).status_code == 401  # no key until the run hook
+    assert httpx.get(f"{runner}/sessions/{NOBODY}", headers=keyed).status_code == 401  # no key until the run hook
 
     assert httpx.post(f"{hooks}/run", content=b"{}").status_code == 404  # only AWS's paths
     assert httpx.post(f"{hooks}{HOOKS}/run", content=b"not json").status_code == 400
@@ -270,15 +263,15 @@ def test_the_runner_answers_awss_hooks_at_their_paths_with_their_bodies(hooked_r
     # The payload as the body, as AWS's API reference has it: the runner takes the key.
     payload = json.dumps({"runner_key": RUNNER_KEY})
     assert httpx.post(f"{hooks}{HOOKS}/run", content=payload).status_code == 200
-    assert httpx.get(f"{runner}/sessions", headers=keyed).status_code == 200
+    assert httpx.get(f"{runner}/sessions/{NOBODY}", headers=keyed).status_code == 404  # the key passes
     # AWS's samples' envelope of the same payload, again (a retried hook): the same key, fine.
     envelope = {"microvmId": "mvm-0123456789abcdef", "runHookPayload": payload}
     assert httpx.post(f"{hooks}{HOOKS}/run", json=envelope).status_code == 200
     # Another key never replaces the first: the VM is its first caller's.
     other = {"microvmId": "mvm-0123456789abcdef", "runHookPayload": json.dumps({"runner_key": "another-key"})}
     assert httpx.post(f"{hooks}{HOOKS}/run", json=other).status_code == 409
-    assert httpx.get(f"{runner}/sessions", headers={"X-Runner-Key": "another-key"}).status_code == 401
-    assert httpx.get(f"{runner}/sessions", headers=keyed).status_code == 200
+    assert httpx.get(f"{runner}/sessions/{NOBODY}", headers={"X-Runner-Key": "another-key"}).status_code == 401
+    assert httpx.get(f"{runner}/sessions/{NOBODY}", headers=keyed).status_code == 404  # the key passes
 
 
 def test_a_vm_whose_session_cannot_be_made_is_ended(

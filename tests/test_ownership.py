@@ -16,8 +16,8 @@ from codeexec.settings import Settings
 
 from .calls import file_id, names, run, upload
 from .conftest import API_KEY
-from .test_g2 import g2_settings, librechat_token
-from .test_tokens import Issuer
+from .helpers.g2 import g2_settings, librechat_token
+from .helpers.tokens import Issuer
 
 ALICE, BOB = "64f0c0ffee00000000000a11", "64f0c0ffee00000000000b0b"
 
@@ -143,7 +143,7 @@ def test_read_only_inputs_are_never_outputs_and_deletions_are_named(app: FastAPI
     ("path", "output"),
     [
         ("report.csv", True), ("plots/a.png", True), (".env", True), ("Dockerfile", True), ("a/b/.gitignore", True),
-        ("__pycache__/helper.cpython-311.pyc", False), ("model.pkl", False), ("Makefile", False), ("a.out", False),
+        ("__pycache__/helper.cpython-311.pyc", False), ("model.pkl", True), ("Makefile", False), ("a.out", False),
         (".cache/x.json", False), ("notes", False), ("/".join("d" * 10) + "/deep.txt", False),
     ],
 )  # fmt: skip

@@ -20,8 +20,8 @@ from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
 from .calls import names
-from .test_g2 import g2_settings, librechat_token
-from .test_tokens import Issuer
+from .helpers.g2 import g2_settings, librechat_token
+from .helpers.tokens import Issuer
 
 ALICE, BOB = "64f0c0ffee00000000000a11", "64f0c0ffee00000000000b0b"
 WEATHER = {
@@ -169,7 +169,7 @@ def test_continuation_tokens_are_the_callers_and_used_once(app: FastAPI, issuer:
 
 
 def test_cancel_stops_the_run_of_a_request(local_app: FastAPI, issuer: Issuer) -> None:
-    # Local only: on AgentCore a cancel reaching another function finds no run (README).
+    # Local only: on AgentCore a cancel reaching another function finds no run (docs/api.md).
     alice = user(local_app, issuer)
     request_id = "4b6f9e1c-7a53-4f0e-9a8e-0c1d2e3f4a5b"
     body = {"code": "import time\ntime.sleep(15)\nprint('never')", "tools": TOOLS, "timeout": 20_000}

@@ -242,3 +242,16 @@ def test_the_reaper_function_ends_an_api_session_from_outside(settings: Settings
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_a_lease_is_read_without_touching_it(sandboxes: LocalSandboxes) -> None:
+    session = new_session(sandboxes)
+    lock = sandboxes.root / session / "lock"
+    os.utime(lock, (time.time() - HOUR, time.time() - HOUR))  # idle for an hour
+    lease = sandboxes.lease(session)
+    assert (lease.session_id, lease.owner) == (session, DEFAULT.tag())
+    assert lease.touched_at == lock.stat().st_mtime < time.time() - HOUR + 60  # still idle: the look touched nothing
+    sandboxes.end(session)
+    for gone in (session, "not-a-session-id", "../" + session):
+        with pytest.raises(SessionNotFound):
+            sandboxes.lease(gone)

@@ -24,8 +24,8 @@ from codeexec.settings import Settings
 from .calls import names
 from .conftest import API_KEY
 from .fakes import microvms
+from .helpers.microvms import trusted_fake
 from .serving import RUNNER_KEY, runner_settings, serving
-from .test_microvm import trusted_fake
 
 TARGETS = {"runner": 2, "microvm": 2, "agentcore": 3}
 TWENTY = "for i in $(seq 20); do echo $i > out$i.txt; done"

@@ -19,17 +19,22 @@ from pathlib import Path
 import httpx
 import pytest
 
+from .helpers.contract import assert_languages, assert_librechat_file_calls, drive_g1_client
 from .serving import free_port
-from .test_contract_g1 import assert_languages, assert_librechat_file_calls, drive_client
 
 ROOT = Path(__file__).parent.parent
 SAM = ROOT / ".venv-sam" / "bin" / "sam"
 KEY = json.loads((ROOT / "events" / "env.json").read_text())["ApiFunction"]["CODE_EXEC_API_KEY"]
 
-pytestmark = pytest.mark.skipif(
-    not (SAM.exists() and shutil.which("dockerd") and shutil.which("debootstrap") and os.geteuid() == 0),
-    reason="needs root, dockerd, debootstrap and the SAM CLI: `make sam-local-deps` installs them",
-)
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (SAM.exists() and shutil.which("dockerd") and shutil.which("debootstrap") and os.geteuid() == 0),
+        reason="needs root, dockerd, debootstrap and the SAM CLI: `make sam-local-deps` installs them",
+    ),
+]
 
 
 def _ours() -> set[int]:
@@ -83,7 +88,7 @@ def test_the_g1_client_and_librechats_file_calls_through_make_sam_local(sam_loca
     health = httpx.get(sam_local.removesuffix("/v1") + "/health", timeout=60).json()
     assert health["backend"] == "runner" and "py" in health["languages"]
 
-    result = drive_client(sam_local, KEY)
+    result = drive_g1_client(sam_local, KEY)
     assert result["client"]["version"] == "3.1.63"
     first = result["first"]
     assert first["status"] == "success"
@@ -97,5 +102,5 @@ def test_the_g1_client_and_librechats_file_calls_through_make_sam_local(sam_loca
     assert result["bad_key"]["error"].endswith("HTTP error! status: 401")
 
     # G1 LibreChat's own calls: a text upload (sam's emulator hands a body over as UTF-8
-    # text, README "sam local"), a run that writes a binary file, the listing, the download.
-    assert_librechat_file_calls(drive_client(sam_local, KEY, "files_client.mjs"))
+    # text, docs/backends.md "sam local"), a run that writes a binary file, the listing, the download.
+    assert_librechat_file_calls(drive_g1_client(sam_local, KEY, "files_client.mjs"))

@@ -13,8 +13,9 @@ from fastapi import FastAPI
 from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
-from .helpers.g2_client import KID, drive_client
-from .test_tokens import Issuer
+from .helpers.contract import drive_g2_client
+from .helpers.g2 import KID
+from .helpers.tokens import Issuer
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def app(settings: Settings, issuer: Issuer) -> FastAPI:
 
 
 def test_document_skills_run_their_scripts_on_a_users_files(live_server: str, issuer: Issuer) -> None:
-    result = drive_client(live_server, issuer, "skills_client.mjs")
+    result = drive_g2_client(live_server, issuer, "skills_client.mjs")
     assert result["client"]["version"] == "3.9.2"
 
     # Each skill is one batch, its nested paths kept, the shared helper in those that need it.

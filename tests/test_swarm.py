@@ -25,7 +25,8 @@ import pytest
 from codeexec.sandbox.local import btrfs
 
 from .docker_engine import docker_engine
-from .helpers.g2_client import CLIENTS, KID, drive_client
+from .helpers.contract import G2_CLIENTS, drive_g2_client
+from .helpers.g2 import KID
 from .helpers.swarm import NODES, Swarm, node_ip, swarm
 from .helpers.tokens import Issuer
 
@@ -131,9 +132,9 @@ def _remove_sessions(work: Path) -> None:
 
 
 def test_the_g2_client_runs_through_the_swarm(deployed: Deployment) -> None:
-    assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
+    assert (G2_CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
     for base in deployed.bases.values():  # through each replica
-        result = drive_client(base, deployed.issuer)
+        result = drive_g2_client(base, deployed.issuer)
         first = result["first"]
         assert first["threw"] is False, first["error"]
         assert first["content"].startswith(f"stdout:\n{result['tokens']['stdout']}\n")

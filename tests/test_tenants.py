@@ -15,7 +15,7 @@ from codeexec.settings import Settings
 
 from .calls import file_id
 from .conftest import API_KEY
-from .test_tokens import AUDIENCE, ISSUER, Issuer
+from .helpers.tokens import AUDIENCE, ISSUER, Issuer
 
 DEPLOYMENT = "deployment-org"
 

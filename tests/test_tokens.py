@@ -1,6 +1,5 @@
 """Bearer tokens: the verifier against key sets made in the test, served from a file and
-from a loopback HTTP server. `KeySetServer` is shared with the other token tests, `Issuer`
-lives in tests/helpers/tokens.py."""
+from a loopback HTTP server (`tests/helpers/tokens.py` makes the keys and tokens)."""
 
 from __future__ import annotations
 
@@ -19,8 +18,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from pydantic import ValidationError
 
+from codeexec.bearer_tokens import InvalidToken, KeysUnavailable, TokenVerifier
 from codeexec.settings import Settings
-from codeexec.tokens import InvalidToken, KeysUnavailable, TokenVerifier
 
 from .helpers.tokens import AUDIENCE, ISSUER, Issuer
 

@@ -26,9 +26,13 @@ from codeexec.settings import Settings
 from .conftest import API_KEY
 
 # Where the service could keep none (warm.Pool.start): it hands runs a mount, and needs a memory cgroup.
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or "memory" not in cgroups.detect(), reason="warm sandboxes need root and a memory cgroup"
-)
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.cgroups,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or "memory" not in cgroups.detect(), reason="warm sandboxes need root and a memory cgroup"
+    ),
+]
 
 # True only in a run forked from the interpreter with the libraries: a cold run has imported none.
 WARM = "import sys\nprint('warm' if 'pandas' in sys.modules else 'cold')\n"

@@ -22,10 +22,12 @@ import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from .bearer_tokens import Identity, InvalidToken, TokenVerifier
 from .errors import Unauthorized
 from .sandbox.port import Owner
 from .settings import Settings
-from .tokens import Identity, InvalidToken, TokenVerifier
+
+DOCS_PAGE = "docs/librechat.md"  # the page that sets up both sides
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,13 @@ class Authenticator:
         self._modes = modes
         self._tokens = tokens
 
+    @property
+    def modes(self) -> list[str]:
+        """For /health: the modes that accept something (a mode with nothing configured
+        accepts nothing)."""
+        on = {"key": bool(self._api_key()), "jwt": self._tokens is not None}
+        return sorted(mode for mode in self._modes if on[mode])
+
     def status(self) -> str:
         """For /health: what this deployment accepts, or why it accepts nothing."""
         accepted = []
@@ -85,8 +94,27 @@ class Authenticator:
         if "jwt" in self._modes and token is not None:
             identity = self._verified(token)
             return Caller(identity.org, identity.user)
-        wanted = [name for mode, name in (("key", "X-API-Key"), ("jwt", "a bearer token")) if mode in self._modes]
-        raise Unauthorized("missing credentials: send " + " or ".join(wanted))
+        raise Unauthorized(self._what_to_change(bearer=token is not None))
+
+    def _what_to_change(self, bearer: bool) -> str:
+        """Why a call without a usable credential is refused, naming the settings of both
+        sides to change, never their values."""
+        if bearer:  # a bearer alone, and this deployment does not take one alone
+            told = (
+                "this service does not take a bearer token alone: set CODE_EXEC_JWT_PUBLIC_KEY "
+                "(or add jwt to CODE_EXEC_AUTH_MODES)"
+            )
+        elif "jwt" in self._modes and self._tokens:
+            told = (
+                "no credentials: LibreChat v0.8.6+ sends its bearer token only when its .env sets "
+                "CODEAPI_AUTH_PROVIDER=librechat-jwt and CODEAPI_JWT_PRIVATE_KEY_BASE64"
+            )
+        else:
+            told = (
+                "no credentials: LibreChat v0.8.6+ sends no X-API-Key, only a bearer token it signs "
+                "(its .env: CODEAPI_AUTH_PROVIDER=librechat-jwt); set this service's CODE_EXEC_JWT_PUBLIC_KEY"
+            )
+        return f"{told} (`python -m codeexec.keys` prints both sides' settings; see {DOCS_PAGE})"
 
     def _check_key(self, given: str) -> None:
         expected = self._api_key()
@@ -97,7 +125,11 @@ class Authenticator:
 
     def _verified(self, token: str) -> Identity:
         if self._tokens is None:
-            raise Unauthorized("the service verifies no bearer tokens (CODE_EXEC_JWT_JWKS_URL is not set)")
+            raise Unauthorized(
+                "this service verifies no bearer tokens: set CODE_EXEC_JWT_PUBLIC_KEY (or CODE_EXEC_JWT_JWKS_URL) "
+                "to the public half of LibreChat's CODEAPI_JWT_PRIVATE_KEY_BASE64 "
+                f"(`python -m codeexec.keys` prints both sides' settings; see {DOCS_PAGE})"
+            )
         try:
             return self._tokens.verify(token)
         except InvalidToken as exc:
@@ -106,15 +138,16 @@ class Authenticator:
 
 def make_authenticator(settings: Settings, api_key: Callable[[], str | None]) -> Authenticator:
     tokens = None
-    if settings.code_exec_jwt_jwks_url:
+    if settings.code_exec_jwt_jwks_url or settings.code_exec_jwt_public_key:
         tokens = TokenVerifier(
             settings.code_exec_jwt_jwks_url,
-            settings.code_exec_jwt_issuer or "",
-            settings.code_exec_jwt_audience or "",
+            settings.jwt_issuer,
+            settings.jwt_audience,
             settings.code_exec_jwt_org_claim,
             settings.code_exec_jwt_algorithms,
+            public_key=settings.code_exec_jwt_public_key,
         )
-    return Authenticator(api_key, settings.code_exec_org, settings.code_exec_auth_modes, tokens)
+    return Authenticator(api_key, settings.code_exec_org, settings.auth_modes, tokens)
 
 
 def _bearer(headers: Mapping[str, str]) -> str | None:

@@ -68,6 +68,17 @@ def derived_id(*parts: str) -> str:
     return base64.urlsafe_b64encode(digest).decode()[:21]
 
 
+# A run key's first characters name its caller alone, so that what is kept per run key
+# (a cancel waiting for its run) can be counted per caller.
+RUN_KEY_CALLER_CHARS = 6
+
+
+def run_key(org: str, user: str, request_id: str) -> str:
+    """The id of a caller's run by its request id: a digest of the caller, then one of the run."""
+    caller = derived_id("caller", org, user)[:RUN_KEY_CALLER_CHARS]
+    return caller + derived_id("run", org, user, request_id)[RUN_KEY_CALLER_CHARS:]
+
+
 def file_id(session_id: str, path: str) -> str:
     return derived_id("file", session_id, path)
 

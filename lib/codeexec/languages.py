@@ -54,3 +54,30 @@ LANGUAGES: dict[str, Language] = {
         Language("bash", "main.sh"),
     )
 }
+
+# Other names a client may send for a language (the reference server's, lowercase: python,
+# javascript, bun, nodejs, node-js, typescript, sh, ...; and the obvious ones for the rest,
+# since LibreChat's tool offers all thirteen). The reference runs `js` on Bun and `node` on
+# Node; here every JavaScript name runs on the one Node, as `js` does.
+ALIASES: dict[str, str] = {
+    alias: lang
+    for lang, aliases in {
+        "py": ("python", "python3"),
+        "js": ("javascript", "node", "nodejs", "node-js", "node-javascript", "bun", "bun-js"),
+        "ts": ("typescript", "bun-ts", "bun-typescript"),
+        "cpp": ("c++", "cxx"),
+        "rs": ("rust",),
+        "go": ("golang",),
+        "d": ("dlang",),
+        "f90": ("fortran", "f95"),
+        "bash": ("sh", "shell"),
+    }.items()
+    for alias in aliases
+}
+
+
+def canonical(lang: str) -> str:
+    """The contract's name of a language sent under any of its names (case aside); an
+    unknown name as it came, for the caller's check to refuse."""
+    name = lang.strip().lower()
+    return name if name in LANGUAGES else ALIASES.get(name, lang)

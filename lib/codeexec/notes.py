@@ -28,8 +28,17 @@ def limit_hit(hit: LimitHit) -> str:
     return _SAID[kind].format(amount=amount, stream=hit.stream)
 
 
+def stopped_while_writing() -> str:
+    return "The files are listed as they were when the run was stopped: one it was still writing may be cut short."
+
+
 def not_available(name: str) -> str:
     return f'File "{name}" is not available: its session has ended or is not yours.'
+
+
+def same_name(name: str, count: int, file_id: str, session_id: str | None) -> str:
+    where = f" of session {session_id}" if session_id else ""
+    return f'{count} inputs are named "{name}"; the run has one of them: file {file_id}{where}.'
 
 
 def not_copied(name: str, reason: str) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import sys
 
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from . import serving
 from .api.app import create_app
@@ -19,7 +20,10 @@ from .settings import Settings
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:  # a setting the service cannot start with: say which, not a traceback
+        sys.exit("codeexec: " + "; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()))
     if settings.code_exec_api_key is None:
         # A new user can call the service at once; a deployment sets its own key.
         key = secrets.token_urlsafe(24)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import threading
 from typing import Any
 
@@ -41,12 +42,19 @@ def server(app: Any, host: str, port: int, log_level: str = "info") -> uvicorn.S
 
 
 def serve(*servers: uvicorn.Server) -> None:
-    """Serve each until the process is stopped."""
+    """Serve each until the process is stopped. On SIGTERM uvicorn shuts down, then raises
+    the signal again: the process would die by it, and its exit hooks (those that end the
+    warm runs and remove their cgroups) would never run. Here it exits as by sys.exit."""
+    signal.signal(signal.SIGTERM, _exit)
 
     async def all_of_them() -> None:
         await asyncio.gather(*(s.serve() for s in servers))
 
     asyncio.run(all_of_them())
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def start_reaper(sandboxes: Sandboxes, settings: Settings) -> threading.Event:

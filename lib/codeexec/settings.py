@@ -1,7 +1,7 @@
 """Settings, read once from the environment (pydantic-settings does the parsing).
 
 Every limit a user can hit has a default here and an environment variable of the same
-name in upper case; the README lists them.
+name in upper case; docs/isolation.md lists them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+# What LibreChat's tokens carry unless its CODEAPI_JWT_ISSUER / CODEAPI_JWT_AUDIENCE say otherwise.
+LIBRECHAT_ISSUER = "librechat"
+LIBRECHAT_AUDIENCE = "codeapi"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", frozen=True)
@@ -29,9 +33,14 @@ class Settings(BaseSettings):
     code_exec_org: str = "default"
     # Comma lists. `key`: X-API-Key (a bearer beside it names the tenant). `jwt`: a valid
     # bearer token alone authenticates. A mode with nothing configured serves nothing.
-    code_exec_auth_modes: Annotated[frozenset[Literal["key", "jwt"]], NoDecode] = frozenset({"key"})
-    # Bearer tokens (README: "Tenant tokens (OIDC)"): verified when a key set is configured.
+    # Unset: `key`, and `jwt` too when CODE_EXEC_JWT_PUBLIC_KEY is set (see `auth_modes`).
+    code_exec_auth_modes: Annotated[frozenset[Literal["key", "jwt"]] | None, NoDecode] = None
+    # Bearer tokens (docs/api.md "Tenant tokens (OIDC)"): verified when a key set is configured.
     code_exec_jwt_jwks_url: str | None = None  # https:// or file:// (http:// only on loopback)
+    # Or the public key itself (docs/librechat.md): a PEM, the PEM in base64, or a key set's
+    # JSON; the other half of LibreChat's CODEAPI_JWT_PRIVATE_KEY_BASE64. With it, the
+    # issuer and audience default to LibreChat's.
+    code_exec_jwt_public_key: str | None = None
     code_exec_jwt_issuer: str | None = None
     code_exec_jwt_audience: str | None = None
     code_exec_jwt_org_claim: str = "tenant_id"  # the claim LibreChat (v0.8.6+) puts its tenant in
@@ -51,7 +60,7 @@ class Settings(BaseSettings):
     agentcore_code_interpreter_id: str = "aws.codeinterpreter.v1"
     agentcore_endpoint_url: str | None = None  # another endpoint, such as a local fake
     # runner backend: a `python -m codeexec.runner` to lease sandboxes from. RUNNER_KEY is
-    # the key the runner demands and the backend sends (README: "The runner").
+    # the key the runner demands and the backend sends (docs/backends.md "The runner").
     runner_url: str | None = None
     runner_key: SecretStr | None = None
     # Many runners (docs/fleet.md): their URLs, the i-th being runner i, or a template with
@@ -65,7 +74,7 @@ class Settings(BaseSettings):
     # On a runner: its index in the fleet, a number or `ordinal` (the number that ends its
     # host name, as a StatefulSet's pod's does). Unset: a lone runner.
     runner_index: str | None = None
-    # microvm backend (README: "The MicroVM backend"): the image VMs run, the connector that
+    # microvm backend (docs/backends.md "MicroVMs"): the image VMs run, the connector that
     # closes their egress, and another control-plane endpoint, such as the tests' fake.
     microvm_image: str | None = None
     microvm_egress_connector: str | None = None
@@ -95,7 +104,7 @@ class Settings(BaseSettings):
     exec_keepalive_seconds: float = 15.0
     # Files listed in one exec reply; the rest stay in the session and in its listing.
     max_files_per_run: int = 100
-    # A private S3 bucket through which downloads of large files go (README "Large files"):
+    # A private S3 bucket through which downloads of large files go (docs/aws.md "Large files"):
     # a download of at least `large_files_from_bytes` is answered with a redirect to it.
     # Unset, every download is answered directly. The S3 endpoint comes from the AWS
     # SDK's own settings (AWS_ENDPOINT_URL_S3 for a local one).
@@ -105,7 +114,7 @@ class Settings(BaseSettings):
     # The most a request can carry to this deployment, where something in front caps it
     # (the SAM template: API Gateway's and Lambda's 6 MB). Only said in an upload's 413.
     gateway_request_bytes: int | None = None
-    # local backend limits (README: "Isolation and limits").
+    # local backend limits (docs/isolation.md).
     run_cpu_seconds: int = 30  # CPU time of each process of a run
     # A whole run's memory (a cgroup), or each process's address space where the host has
     # no memory cgroup. Also the size of each of the run's RAM disks, /tmp and /dev/shm.
@@ -129,6 +138,35 @@ class Settings(BaseSettings):
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return frozenset(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else value
+
+    @field_validator("code_exec_auth_modes")
+    @classmethod
+    def _no_modes_is_the_default(cls, value: frozenset[str] | None) -> frozenset[str] | None:
+        return value or None  # an empty variable (compose passes one through) is an unset one
+
+    @field_validator("code_exec_jwt_public_key")
+    @classmethod
+    def _usable_public_key(cls, value: str | None) -> str | None:
+        if value and value.strip():
+            from .bearer_tokens import given_keys  # PyJWT only for a deployment that checks tokens
+
+            given_keys(value)  # a ValueError names the variable and what is wrong
+            return value
+        return None
+
+    @property
+    def auth_modes(self) -> frozenset[str]:
+        if self.code_exec_auth_modes:
+            return self.code_exec_auth_modes
+        return frozenset({"key", "jwt"} if self.code_exec_jwt_public_key else {"key"})
+
+    @property
+    def jwt_issuer(self) -> str:
+        return self.code_exec_jwt_issuer or (LIBRECHAT_ISSUER if self.code_exec_jwt_public_key else "")
+
+    @property
+    def jwt_audience(self) -> str:
+        return self.code_exec_jwt_audience or (LIBRECHAT_AUDIENCE if self.code_exec_jwt_public_key else "")
 
     @field_validator("runner_urls", mode="before")
     @classmethod

@@ -1,4 +1,5 @@
-"""The requests of CONTRACT.md, as the real clients send them: measured, not designed here.
+"""The requests of the LibreChat Code Interpreter API (docs/api.md), as the real clients
+send them: measured, not designed here.
 
 What the service answers is built in one place, `codeexec.api.replies`."""
 
@@ -7,6 +8,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from .languages import canonical
 
 # What one exec may ask for: Linux takes an argument of at most 128 KiB (MAX_ARG_STRLEN);
 # inputs past a thousand are not a program's, they are a flood.
@@ -78,6 +81,8 @@ class ExecRequest(RunRequest):
     lang: Text
     code: Text
     args: list[Text] = Field(default_factory=list)
+    # Milliseconds, as the reference server takes it; never past RUN_TIMEOUT_SECONDS.
+    timeout: float | None = Field(default=None, gt=0)
 
     @field_validator("args", mode="before")
     @classmethod
@@ -117,4 +122,4 @@ class ProgrammaticRequest(RunRequest):
 
     @property
     def bash(self) -> bool:
-        return (self.language or self.lang) == "bash"
+        return canonical(self.language or self.lang or "py") == "bash"

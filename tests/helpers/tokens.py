@@ -1,5 +1,4 @@
-"""A token issuer of the tests' own: signing keys, their public halves published as a JSON
-Web Key Set in a file, and tokens signed with them."""
+"""Signing keys made in a test, their key set in a file, and tokens signed with them."""
 
 from __future__ import annotations
 

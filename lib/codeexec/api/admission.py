@@ -12,12 +12,17 @@ First come, first served holds only within a share, so that no caller can take t
   calls one user sends (without a queue, or a run stopped for it, only a free slot serves
   a newcomer at once);
 - a session at most SESSION_CALLS calls in flight: one runs, the others wait their turn;
-- a run takes its slot only once it holds its session (`run_slot`, entered by sessions.py
-  inside the session's exclusive hold): a call waiting for a session that another call
-  holds waits in a thread, holding no slot, and counts in its user's share, so those
-  waiting are bounded too.
+- a run takes its slot only once it holds its session (`run_slot`, which `Sessions` hands
+  the backend to enter inside the session's exclusive hold): a call waiting for a session
+  that another call holds waits in a thread, holding no slot, and counts in its user's
+  share, so those waiting are bounded too.
 Runs go to threads of their own, so however many there are, downloads, listings and
 /health (which needs no thread at all) always find one.
+
+Listings and downloads share the threads and the interpreter of everything else: each has
+slots of its own and the same shares by user (a listing of a large session costs seconds of
+a core; fifty of one user's made another's download wait half a minute). They are not
+counted by session: a client fetches a run's files at once.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ _RESERVE_BYTES = 1 << 30
 _RUNS_PER_CORE = 4  # most runs wait on little: a core each would leave cores idle
 SESSION_CALLS = 3
 _RETRY_SECONDS = 2
+LISTINGS = 8  # listings in flight at most: a large one costs seconds of a core
+DOWNLOADS = 32  # downloads being opened at most (their bytes stream after)
 
 
 def default_runs(memory_bytes: int) -> int:
@@ -102,6 +109,10 @@ class Admission:
         self._run_slots = threading.BoundedSemaphore(runs)
         self._run_threads = ThreadPoolExecutor(max_workers=2 * runs, thread_name_prefix="run")
         self._uploads = Shares("upload", uploads, most=uploads)
+        self._reads = {
+            "listing": Shares("listing", LISTINGS, most=LISTINGS),
+            "download": Shares("download", DOWNLOADS, most=DOWNLOADS),
+        }
 
     def start_run(self, user: Hashable, session: str | None, work: Callable[[], T]) -> Future[T]:
         """Start a run in a thread of its own, or RateLimited past the caller's share.
@@ -129,6 +140,15 @@ class Admission:
     def upload(self, user: Hashable, session: str | None) -> Iterator[None]:
         """An upload's slot, held from before its body is read to its end."""
         leave = self._uploads.enter(user, session)
+        try:
+            yield
+        finally:
+            leave()
+
+    @contextlib.contextmanager
+    def read(self, kind: str, user: Hashable) -> Iterator[None]:
+        """A listing's or a download's slot, within the caller's share."""
+        leave = self._reads[kind].enter(user, None)
         try:
             yield
         finally:

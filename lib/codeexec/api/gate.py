@@ -6,8 +6,13 @@ credentials in a dependency comes after an unauthenticated caller's 300 MB has b
 taken in. Here, as plain ASGI in front of the app, the caller is authenticated from the
 headers alone, a declared length over the route's limit is refused before a byte of the
 body, and a body without a declared length is counted as it arrives and cut at the limit.
-A body that stops arriving (no byte for BODY_IDLE_SECONDS) is cut as well: a stalled
-client holds no slot and no thread for long.
+A body that stops arriving (no byte for BODY_IDLE_SECONDS) is cut as well, and so is one
+that drips: after BODY_GRACE_SECONDS it must have kept BODY_MIN_RATE bytes a second on
+average. A stalled client holds no slot and no thread for long.
+
+A connection is kept alive between requests only for a caller with credentials: the
+answer to a call without them (/health, or a refusal) closes it, so that no one without a
+key can hold idle connections, and their descriptors, open.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ UPLOAD_PREFIX = "/v1/upload"
 # Room for the multipart framing around an upload's file.
 FRAMING_BYTES = 65_536
 BODY_IDLE_SECONDS = 15.0
+BODY_GRACE_SECONDS = 15.0
+BODY_MIN_RATE = 64 << 10  # bytes a second, on average, once the grace is over
+_CLOSE = (b"connection", b"close")
 
 
 class Gate:
@@ -34,8 +42,10 @@ class Gate:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if scope["path"] in OPEN_PATHS:
+            return await self.app(scope, receive, _closing(send))
         service: Service = scope["app"].state.service
         headers = Headers(scope=scope)
         try:
@@ -45,8 +55,19 @@ class Gate:
                 raise _too_large(service, scope["path"], limit)
         except ServiceError as refused:
             response = error_response(refused)
-            return await response(scope, receive, send)
+            return await response(scope, receive, _closing(send))
         await _bounded(self.app, scope, receive, send, limit)
+
+
+def _closing(send: Send) -> Send:
+    """`send`, its answer closing the connection after it (uvicorn honours the header)."""
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), _CLOSE]}
+        await send(message)
+
+    return closing
 
 
 async def _caller(service: Service, headers: Headers) -> object:
@@ -74,12 +95,14 @@ def _body_limit(service: Service, path: str) -> int:
 
 async def _bounded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
     """Run the app on a body counted as it arrives, and given BODY_IDLE_SECONDS for each
-    next piece. Past the limit or the deadline the gate answers itself (413, 408) and
+    next piece, and no more than its minimum rate allows. Past the limit or a deadline the
+    gate answers itself (413, 408) and
     tells the app the client left: an app that meets an error while it reads a body
     (FastAPI) would otherwise answer it with its own 400."""
     received = 0
     cut = False
     more = True  # the body is still arriving; after it, receive waits for the client to leave
+    started = anyio.current_time()
 
     async def refuse(refused: ServiceError) -> Message:
         nonlocal cut
@@ -93,10 +116,15 @@ async def _bounded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, lim
             return {"type": "http.disconnect"}
         if not more:
             return await receive()
+        # By then it must have sent more than it has: BODY_MIN_RATE a second, after the grace.
+        due = started + BODY_GRACE_SECONDS + received / BODY_MIN_RATE - anyio.current_time()
         try:
-            with anyio.fail_after(BODY_IDLE_SECONDS):
+            with anyio.fail_after(max(min(BODY_IDLE_SECONDS, due), 0)):
                 message = await receive()
         except TimeoutError:
+            if due < BODY_IDLE_SECONDS:
+                slow = f"the body arrives slower than {BODY_MIN_RATE} bytes a second"
+                return await refuse(RequestTimeout(slow))
             return await refuse(RequestTimeout(f"no byte of the body arrived for {BODY_IDLE_SECONDS:g} s"))
         more = message["type"] == "http.request" and message.get("more_body", False)
         received += len(message.get("body", b""))

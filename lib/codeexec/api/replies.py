@@ -1,4 +1,4 @@
-"""What the service answers, in the shapes LibreChat's clients read (CONTRACT.md), built
+"""What the service answers, in the shapes LibreChat's clients read (docs/api.md), built
 from the domain's reports: a change to a reply touches this module alone.
 
 Both generations are answered at once where they differ in spelling (`session_id` and
@@ -18,6 +18,7 @@ from .. import ids
 from ..programmatic import Asked, Finished
 from ..sandbox.port import FileInfo
 from ..sessions import Report
+from ..sessions.outputs import Reason
 from ..wire import FileRef, Kind
 
 
@@ -33,6 +34,16 @@ class OutputFile(BaseModel):
     inherited: Literal[True] | None = None
 
 
+class ArtifactTruncation(BaseModel):
+    """Outputs the reply leaves out (the reference server's shape, which the next
+    @librechat/agents reads, and drops unless the reasons add up to skipped_count)."""
+
+    code: Literal["artifact_truncated"] = "artifact_truncated"
+    reasons: dict[Reason, int]  # how many for each reason
+    skipped: list[str]  # up to 20 of the paths
+    skipped_count: int
+
+
 class ExecReply(BaseModel):
     session_id: str
     stdout: str
@@ -46,6 +57,9 @@ class ExecReply(BaseModel):
     # "OL": stdout was cut at its limit. LibreChat's own file tools read images over /exec
     # in windows and say so on it; a cut window without it is base64 that does not parse.
     status: Literal["OL"] | None = None
+    artifact_truncation: ArtifactTruncation | None = None
+    # The language as the client sent it (`python`, `node`, `sh`: the reference's aliases).
+    language: str | None = None
 
 
 class ToolCall(BaseModel):
@@ -63,6 +77,7 @@ class ProgrammaticReply(BaseModel):
     stderr: str | None = None
     files: list[OutputFile] | None = None
     deleted_files: list[str] | None = None
+    artifact_truncation: ArtifactTruncation | None = None
     error: str | None = None
     runtime_session_id: str | None = None
     runtime_status: Literal["new", "reused"] | None = None
@@ -100,8 +115,9 @@ class BatchUploadReply(BaseModel):
 # -- runs ----------------------------------------------------------------------------------
 
 
-def exec_reply(report: Report) -> ExecReply:
+def exec_reply(report: Report, language: str | None = None) -> ExecReply:
     return ExecReply(
+        language=language,
         session_id=report.session_id,
         stdout=report.stdout,
         stderr=report.stderr,
@@ -110,6 +126,7 @@ def exec_reply(report: Report) -> ExecReply:
         runtime_session_id=report.session_id if report.runtime_status else None,
         runtime_status=report.runtime_status,
         status="OL" if report.stdout_cut else None,
+        artifact_truncation=_truncation(report),
     )
 
 
@@ -125,9 +142,16 @@ def programmatic_reply(outcome: Asked | Finished) -> ProgrammaticReply:
     return ProgrammaticReply(
         status="error" if outcome.failure else "completed", error=outcome.failure, session_id=report.session_id,
         stdout=report.stdout, stderr=report.stderr, files=_files(report), deleted_files=report.deleted or None,
-        runtime_session_id=report.session_id if report.runtime_status else None,
-        runtime_status=report.runtime_status,
+        artifact_truncation=_truncation(report),
+        runtime_session_id=report.session_id if report.runtime_status else None, runtime_status=report.runtime_status,
     )  # fmt: skip
+
+
+def _truncation(report: Report) -> ArtifactTruncation | None:
+    cut = report.truncation
+    if cut is None:
+        return None
+    return ArtifactTruncation(reasons=cut.reasons, skipped=cut.skipped, skipped_count=cut.count)
 
 
 def _files(report: Report) -> list[OutputFile]:

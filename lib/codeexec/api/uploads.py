@@ -8,25 +8,26 @@ of an upload lands anywhere else.
 
 Every client sends its form fields (G1's `entity_id`; G2's `kind`, `id`, `version`,
 `read_only`) before its files, so they are known when the first file arrives; a field
-after a file is refused.
+after a file is refused, and so is a part past the 200th file (413, `filesLimitReached`).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from ..errors import BadRequest
+from ..errors import BadRequest, TooLarge
 from ..streams import ChunkReader
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
 
 FILE_FIELDS = frozenset({"file", "files"})  # the parts that are files to store
+MAX_FILES = 200  # parts after the fields, at most: the reference server's batch limit
 _CHUNK = 1 << 16
 _FIELD_BYTES = 4096  # a field's value at most: the clients send ids and words
 _FIELDS = 64  # fields in a form at most
@@ -50,7 +51,11 @@ def fields_then_files(content_type: str, body: ChunkReader) -> tuple[dict[str, s
 
     def files() -> Iterator[tuple[str, BinaryIO]]:
         part = first
+        count = 0
         while part is not None:
+            count += 1
+            if count > MAX_FILES:  # refused at once, before any more of the body is read
+                raise TooManyFiles(f"an upload takes at most {MAX_FILES} files")
             if part.is_file:
                 assert part.filename is not None
                 yield part.filename, cast(BinaryIO, part)
@@ -59,6 +64,13 @@ def fields_then_files(content_type: str, body: ChunkReader) -> tuple[dict[str, s
             part = next(parts, None)
 
     return fields, files()
+
+
+class TooManyFiles(TooLarge):
+    """Answered as the reference server answers a batch over its limit."""
+
+    def body(self) -> dict[str, Any]:
+        return super().body() | {"filesLimitReached": True, "maxFiles": MAX_FILES}
 
 
 class Form:

@@ -16,7 +16,7 @@ What a continuation needs is split by who can be trusted with it:
   backend with the round that runs it, where no program writes it (port.Keep), and its
   digest goes into the token: a record a program rewrote (on AgentCore it lives in the
   VM) does not verify, and the continuation is a 409;
-- the token (tokens.py), signed and bound to the caller, carries the rest: the round it
+- the token (continuations.py), signed and bound to the caller, carries the rest: the round it
   continues, the calls so far, the calls that round asked for, and the client's time
   limit, which each round caps with RUN_TIMEOUT_SECONDS. A spent token finds a later
   record; two continuations of one round cannot both run (the backend compares the record
@@ -43,7 +43,7 @@ from ..sandbox.port import Input, Keep, Limit, Placement, Run, RunResult, record
 from ..sessions import Report, Sessions, inputs, placement
 from ..sessions.access import landing
 from ..wire import ProgrammaticRequest
-from .tokens import Claims, Tokens
+from .continuations import Claims, Tokens
 from .tools import tools_from
 from .workflow import MAX_CALLS, MAX_ROUNDS, Workflow
 
@@ -79,13 +79,18 @@ class Programs:
         """The first round: its session, inputs, code and tools."""
         lang = "bash" if request.bash else "py"
         for needed in ("py", lang):  # the driver is Python, whatever the program's language
-            self.sessions.check_language(needed)
+            self.sessions.sandboxes.check_language(needed)
         if not request.code:
             raise BadRequest("a first round needs the program's code (or a continuation_token)")
         workflow = Workflow(ids.new_session_id(), lang, request.code, tools_from(request.tools, lang))
         asked_for = request.timeout / 1000 if request.timeout else 0.0
         where = placement.for_run(caller, request, stateful, self.sessions.sandboxes.named_sessions)
         return self._round(caller, workflow, where, asked_for, run_key, inputs.of(request.files), request)
+
+    def session_of(self, caller: Caller, request: ProgrammaticRequest) -> str:
+        """The session a continuation runs in, its token's: known before its round is
+        taken on, so that it counts against that session's calls in flight."""
+        return self.tokens.verify(request.continuation_token or "", caller.owner.tag()).session
 
     def resume(self, caller: Caller, request: ProgrammaticRequest, run_key: str | None = None) -> Asked | Finished:
         """The next round, with the client's answers to the last one's calls."""

@@ -93,6 +93,8 @@ class Workflow:
             calls = None
         if not self._driver_asked(calls) or len(tail) > MAX_ASKED_BYTES:
             raise Conflict("the round ended on a line that is not its driver's: calls it cannot make")
+        if len(self.history) + len(calls) > MAX_CALLS:  # refused before the client runs any of them
+            raise BadRequest(f"the program asked for more than {MAX_CALLS} tool calls")
         return head, calls
 
     def _driver_asked(self, calls: Any) -> bool:

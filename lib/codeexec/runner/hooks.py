@@ -31,6 +31,7 @@ from starlette.routing import Route
 from .app import Runner
 
 HOOKS = "/aws/lambda-microvms/runtime/v1"
+MAX_BODY = 1 << 16  # a run hook's payload is a key and a few names: read no more
 
 
 def create_hook_app(runner: Runner, ready: Callable[[], bool]) -> Starlette:
@@ -42,7 +43,11 @@ def create_hook_app(runner: Runner, ready: Callable[[], bool]) -> Starlette:
         return JSONResponse({"status": "ready"})
 
     async def run_hook(request: Request) -> Response:
-        key = _runner_key(await request.body())
+        body = await _bounded_body(request)
+        if body is None:
+            too_large = {"error": "Payload too large", "details": f"a run hook's body is at most {MAX_BODY} bytes"}
+            return JSONResponse(too_large, 413)
+        key = _runner_key(body)
         if key is None:
             return JSONResponse({"error": "Bad request", "details": "not a run hook payload of this project's"}, 400)
         with keyed:
@@ -60,13 +65,25 @@ def create_hook_app(runner: Runner, ready: Callable[[], bool]) -> Starlette:
     )
 
 
+async def _bounded_body(request: Request) -> bytes | None:
+    """The body, or None once it is past MAX_BODY (the rest is never read)."""
+    if int(request.headers.get("content-length") or 0) > MAX_BODY:
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            return None
+    return bytes(body)
+
+
 def _runner_key(body: bytes) -> str | None:
     """The key in the payload, whether the body is the payload or AWS's envelope of it."""
     try:
         data: Any = json.loads(body)
         if isinstance(data, dict) and isinstance(data.get("runHookPayload"), str):
             data = json.loads(data["runHookPayload"])
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         return None
     key = data.get("runner_key") if isinstance(data, dict) else None
     return key if isinstance(key, str) and key else None

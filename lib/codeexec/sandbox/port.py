@@ -6,16 +6,14 @@ sandbox itself. A backend keeps no table of its own beside the sandboxes.
 
 The port is COARSE, on httpx's model (a transport's one `handle_request`): every backend
 but `local` is across a network, so one call of the service is one operation here, and a
-remote backend answers each operation in one request. `Sandboxes` is the base class:
-
-- its coarse operations (`execute`, `write_files`, `list_files`, `read_file`, `stat_file`,
-  `remove_file`, `read_record`) have default implementations composed of FINE steps (a
-  `Sandbox` opened or created, its files, its exclusive hold, its run), which `local`
-  keeps: in-process, a step costs nothing;
-- a remote backend overrides each coarse operation with one request, and the other side
-  (the runner) answers it with those same defaults. Leases, uses and holds are taken and
-  released inside the operation, by the backend, so "one owner of every change" stands and
-  the reaper never ends a session an operation is using.
+remote backend answers each operation in one request. `Sandboxes` is the abstract
+backend: its coarse operations, the reaper's, and nothing else, so a backend inherits
+nothing it cannot do. Leases, uses and holds are taken and released inside each
+operation, by the backend, so "one owner of every change" stands and the reaper never
+ends a session an operation is using. `local` composes its operations from fine steps (a
+sandbox opened or created, its files, its exclusive hold, its run: `local/engine.py`),
+which the runner serves over HTTP; the clauses every backend keeps are in
+docs/backends.md ("What a new backend must keep").
 
 What crosses the port is the library's own types, and data rather than callables, so that
 the far side decides in the same request: `Access` (who asks, for what: one shared rule,
@@ -36,15 +34,16 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 
 from .. import ids
-from ..errors import BadRequest, Conflict, FileNotFound, SessionNotFound, TooLarge, UnsupportedLanguage
+from ..errors import UnsupportedLanguage
+from ..languages import canonical
 
 # -- who -------------------------------------------------------------------------------------
 
@@ -170,24 +169,6 @@ class Changes:
 
     def untouched(self, path: str) -> bool:
         return all(f.path != path for f in (*self.created, *self.modified)) and path not in self.deleted
-
-    def then(self, later: Changes) -> Changes:
-        """These changes followed by `later`'s, as one: what a programmatic workflow's
-        rounds did together, from before its first."""
-        existed, final = self._touched()
-        later_existed, later_final = later._touched()
-        existed = later_existed | existed  # the first look at a path says whether it was there
-        final |= later_final
-        created = tuple(f for p, f in sorted(final.items()) if f and not existed[p])
-        modified = tuple(f for p, f in sorted(final.items()) if f and existed[p])
-        deleted = tuple(sorted(p for p, f in final.items() if f is None and existed[p]))
-        return Changes(created, modified, deleted)
-
-    def _touched(self) -> tuple[dict[str, bool], dict[str, FileInfo | None]]:
-        existed = {f.path: False for f in self.created} | {f.path: True for f in self.modified}
-        existed |= dict.fromkeys(self.deleted, True)
-        final: dict[str, FileInfo | None] = {f.path: f for f in (*self.created, *self.modified)}
-        return existed, final | dict.fromkeys(self.deleted)
 
 
 # -- runs ------------------------------------------------------------------------------------
@@ -338,61 +319,13 @@ class SendTo:
     from_bytes: int
 
 
-# -- the fine steps --------------------------------------------------------------------------
-
-
-class Sandbox(Protocol):
-    """One leased sandbox, as the default coarse operations use it (`Sandboxes.create`,
-    `Sandboxes.open`). Only backends that keep the defaults implement it."""
-
-    id: str  # the session id
-    lease: Lease
-
-    def write_file(self, path: str, data: BinaryIO, limit: int) -> None:
-        """Write atomically, replacing what is there: a failed or oversized write
-        (TooLarge past `limit` bytes) leaves nothing behind."""
-
-    def write_files(self, files: Iterable[tuple[str, BinaryIO]], limit: int) -> None:
-        """Write every file or none: each read to its end before the next pair is pulled,
-        and none in place until all are in."""
-
-    def open_file(self, path: str) -> tuple[BinaryIO, FileInfo]:
-        """The file's bytes as they were at one moment, with their real stat; the caller
-        closes the reader. FileNotFound for anything but a regular file inside."""
-
-    def stat(self, path: str) -> FileInfo:
-        """The file's real size and modification time; FileNotFound as for open_file."""
-
-    def list_files(self) -> list[FileInfo]:
-        """Every regular file under the artifact directory, recursively."""
-
-    def remove_file(self, path: str) -> None: ...
-
-    def exclusive(self) -> AbstractContextManager[None]:
-        """Hold off every other holder of this sandbox, across processes, until exit.
-        Every change to the session happens under it, so a reply names exactly the files
-        its own call changed."""
-
-    def run(self, program: Program) -> RunResult:
-        """Run the program with the artifact directory as its working directory. Its
-        source lives outside that directory, so it never shows up as an output file."""
-
-    def read_record(self, key: str) -> bytes | None:
-        """The service's own record under `key` (see Keep), from where no program writes."""
-
-    def write_record(self, key: str, record: bytes) -> None: ...
-
-
 # A run slot of the service's admission, entered once a run holds its session.
-Slot = Callable[[], AbstractContextManager[None]]
-
-# The largest input copied from another session: bounded by the session's disk limit alone.
-_ANY_SIZE = 1 << 62
+RunSlot = Callable[[], AbstractContextManager[None]]
 
 
-class Sandboxes:
-    """A sandbox backend: its coarse operations, their defaults composed of fine steps,
-    and the reaper's operations. Backends set `languages` and `named_sessions`."""
+class Sandboxes(ABC):
+    """A sandbox backend: the coarse operations a route needs, one request each on a
+    remote backend, and the reaper's. Backends set `languages` and `named_sessions`."""
 
     #: the `lang` values this backend can run
     languages: frozenset[str] = frozenset()
@@ -400,242 +333,77 @@ class Sandboxes:
     #: profile derives one per conversation); a backend whose ids are its own says no
     named_sessions: bool = False
 
-    # -- coarse operations: one request each on a remote backend --------------------------
-
-    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
-        """Place the session, take its hold, then the run `slot` (a call waiting for its
-        session holds none), bring the inputs in, run, and report the result with what
-        changed; inputs that cannot be placed are reported, not fatal. Inputs `carried`
-        in are taken first, in order, each read to its end. A remote backend takes the
-        slot around its one request."""
-        if run.program.lang not in self.languages:
-            raise UnsupportedLanguage(f"lang '{run.program.lang}' is not available on this backend")
-        with self._held(run.placement, slot) as (sandbox, created):
-            placed = self._place_inputs(sandbox, run, carried)
-            before = self._before(sandbox, run.keep)
-            result = sandbox.run(run.program)
-            changes = Changes.between(before, sandbox.list_files())
-        return Ran(sandbox.id, created, result, changes, tuple(placed))
-
-    def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
-        """Write every file or none, each bounded by `limit` bytes, consuming `files`
-        lazily (each reader to its end before the next pair); returns the session. A new
-        session made for a failed write is ended at once."""
-        with self._held(placement) as (sandbox, _):
-            sandbox.write_files(files, limit)
-        return sandbox.id
-
-    def list_files(self, session_id: str, access: Access) -> list[FileInfo]:
-        with self.open(session_id, access.admits) as sandbox:
-            return sorted(sandbox.list_files(), key=lambda f: f.path)
-
-    def read_file(self, session_id: str, access: Access, file_id: str, send_to: SendTo | None = None) -> Opened:
-        """A file by the id a client holds (a derived id, or a raw path); the reader's
-        bytes are the file's as they were at one moment. A backend that can send a large
-        file from where it is does so when `send_to` asks; the others answer its bytes."""
-        with self.open(session_id, access.admits) as sandbox:
-            reader, info = sandbox.open_file(_resolve(sandbox, file_id).path)
-        return Opened(info, reader)
-
-    def stat_file(self, session_id: str, access: Access, file_id: str) -> FileInfo:
-        with self.open(session_id, access.admits) as sandbox:
-            return _resolve(sandbox, file_id)
-
-    def remove_file(self, session_id: str, access: Access, file_id: str) -> str:
-        """Remove one file; returns its path."""
-        with self.open(session_id, access.admits) as sandbox, sandbox.exclusive():
-            path = _resolve(sandbox, file_id).path
-            sandbox.remove_file(path)
-        return path
-
-    def read_inputs(self, session_id: str, access: Access, inputs: Iterable[Input]) -> Iterator[Carried]:
-        """The inputs of one session, found as a run would find them, one by one (each
-        reader read to its end before the next), for a run elsewhere to carry in; those
-        not found are left out."""
-        with self.open(session_id, access.admits) as origin:
-            for index, wanted in enumerate(inputs):
-                with contextlib.suppress(FileNotFound):
-                    reader, info = _open_first(origin, wanted.paths(origin.id))
-                    with reader:
-                        yield Carried(index, info.path, origin.lease.read_only, reader)
-
-    def read_record(self, session_id: str, access: Access, key: str) -> bytes:
-        """The service's record under `key` (see Keep); Conflict when there is none."""
-        with self.open(session_id, access.admits) as sandbox:
-            record = sandbox.read_record(key)
-        if record is None:
-            raise Conflict("that program is not in its session (the session ended, or it never ran)")
-        return record
+    def check_language(self, lang: str) -> None:
+        """UnsupportedLanguage unless this backend runs `lang`, under any of its names:
+        before anything is placed."""
+        if canonical(lang) not in self.languages:
+            available = ", ".join(sorted(self.languages))
+            raise UnsupportedLanguage(f"lang '{lang}' is not available here; available: {available}")
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """Whether the backend can serve calls now, and what /health says of it besides."""
         return True, {}
 
+    # -- coarse operations ------------------------------------------------------------------
+
+    @abstractmethod
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
+        """Place the session, take its hold, then the run `slot` (a call waiting for its
+        session holds none), bring the inputs in, run, and report the result with what
+        changed; inputs that cannot be placed are reported, not fatal. Inputs `carried`
+        in are taken first, in order, each read to its end. A remote backend takes the
+        slot around its one request."""
+
+    @abstractmethod
+    def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
+        """Write every file or none, each bounded by `limit` bytes, consuming `files`
+        lazily (each reader to its end before the next pair); returns the session. A new
+        session made for a failed write is ended at once."""
+
+    @abstractmethod
+    def list_files(self, session_id: str, access: Access) -> list[FileInfo]:
+        """Every regular file of the session, by path."""
+
+    @abstractmethod
+    def read_file(self, session_id: str, access: Access, file_id: str, send_to: SendTo | None = None) -> Opened:
+        """A file by the id a client holds (a derived id, or a raw path); the reader's
+        bytes are the file's as they were at one moment. A backend that can send a large
+        file from where it is does so when `send_to` asks; the others answer its bytes."""
+
+    @abstractmethod
+    def stat_file(self, session_id: str, access: Access, file_id: str) -> FileInfo: ...
+
+    @abstractmethod
+    def remove_file(self, session_id: str, access: Access, file_id: str) -> str:
+        """Remove one file; returns its path."""
+
+    @abstractmethod
+    def read_record(self, session_id: str, access: Access, key: str) -> bytes:
+        """The service's record under `key` (see Keep); Conflict when there is none."""
+
     # -- the reaper's operations, and ending --------------------------------------------
 
-    def end(self, session_id: str) -> None:
-        """End a sandbox now (for one-shot callers); ending an ended one is a no-op."""
-        raise NotImplementedError
+    @abstractmethod
+    def lease(self, session_id: str) -> Lease:
+        """The session's lease as it is, touching nothing (not its idle clock, not a
+        sleeping VM); SessionNotFound when there is none."""
 
-    def cancel(self, run_key: str) -> None:
-        """Stop the run whose Program carries `run_key`, from any process, now or as soon
-        as it starts (a cancel may arrive before the run does); a no-op when none does."""
-        raise NotImplementedError
+    @abstractmethod
+    def leases(self) -> Iterator[Lease]:
+        """Every lease this backend holds, for the reaper."""
 
+    @abstractmethod
     def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
         """For the reaper: end the sandbox only if no call is using it and `still_due`
         holds for its lease as it is now. Never waits for a busy sandbox. Returns whether
         it ended."""
-        raise NotImplementedError
 
-    def leases(self) -> Iterator[Lease]:
-        """Every lease this backend holds, for the reaper."""
-        raise NotImplementedError
+    @abstractmethod
+    def end(self, session_id: str) -> None:
+        """End a sandbox now (for one-shot callers); ending an ended one is a no-op."""
 
-    # -- the fine steps the defaults are made of ----------------------------------------
-
-    def create(
-        self, owner: OwnerTag, shared: bool = False, read_only: bool = False, session_id: str | None = None
-    ) -> AbstractContextManager[Sandbox]:
-        """Lease a new sandbox with the backend's TTL, and hold it open. With a
-        `session_id` (only where `named_sessions`), Conflict when that id is taken."""
-        raise NotImplementedError
-
-    def open(self, session_id: str, admit: Callable[[Lease], bool]) -> AbstractContextManager[Sandbox]:
-        """Open a live sandbox whose lease `admit`s the caller, and touch it; else
-        SessionNotFound (an id of the wrong shape never reaches a filesystem or an API).
-        While the context is open the reaper does not end the sandbox."""
-        raise NotImplementedError
-
-    @contextlib.contextmanager
-    def _held(self, placement: Placement, slot: Slot = contextlib.nullcontext) -> Iterator[tuple[Sandbox, bool]]:
-        """The sandbox a placement names, open and held, with `slot` taken, and whether it
-        was made for this call. One made for a call that fails is ended at once: nobody
-        learnt its id, and it would hold nothing."""
-        with contextlib.ExitStack() as stack:
-            sandbox, created = self._enter(stack, placement)
-            try:
-                stack.enter_context(sandbox.exclusive())
-                stack.enter_context(slot())
-                yield sandbox, created
-            except BaseException:
-                if created:
-                    stack.close()
-                    self.end(sandbox.id)
-                raise
-
-    def _enter(self, stack: contextlib.ExitStack, placement: Placement) -> tuple[Sandbox, bool]:
-        if placement.named is not None:
-            return self._named(stack, placement)
-        for session_id in dict.fromkeys(placement.candidates):
-            with contextlib.suppress(SessionNotFound):
-                return stack.enter_context(self.open(session_id, placement.access.admits)), False
-        if not placement.new:
-            raise SessionNotFound()
-        owner, shared, read_only = placement.access.owner, placement.shared, placement.read_only
-        return stack.enter_context(self.create(owner, shared, read_only)), True
-
-    def _named(self, stack: contextlib.ExitStack, placement: Placement) -> tuple[Sandbox, bool]:
-        assert placement.named is not None
-        for _ in range(2):  # a first call of the conversation may race another
-            with contextlib.suppress(SessionNotFound):
-                return stack.enter_context(self.open(placement.named, placement.access.admits)), False
-            with contextlib.suppress(Conflict):
-                owner, shared, read_only = placement.access.owner, placement.shared, placement.read_only
-                return stack.enter_context(self.create(owner, shared, read_only, session_id=placement.named)), True
-        raise Conflict("the conversation's session is busy being made; try again")
-
-    def _place_inputs(self, sandbox: Sandbox, run: Run, carried: Iterable[Carried]) -> list[Placed]:
-        """Every input into the run's session: the carried ones, then the others from
-        their sessions, each origin opened once."""
-        inputs = run.inputs
-        placed = {c.index: _placed_from(c.reader, c.found, c.read_only, sandbox, inputs[c.index]) for c in carried}
-        by_origin: dict[str, list[int]] = {}
-        for index, wanted in enumerate(inputs):
-            if index not in placed:
-                by_origin.setdefault(wanted.origin or sandbox.id, []).append(index)
-        reader = run.placement.access.to(Intent.READ)
-        for origin_id, indexes in by_origin.items():
-            try:
-                with contextlib.ExitStack() as stack:
-                    own = origin_id == sandbox.id
-                    origin = sandbox if own else stack.enter_context(self.open(origin_id, reader.admits))
-                    placed |= {i: _place_one(origin, sandbox, inputs[i]) for i in indexes}
-            except SessionNotFound:
-                placed |= {i: Placed(None) for i in indexes}
-        return [placed[i] for i in range(len(inputs))]
-
-    def _before(self, sandbox: Sandbox, keep: Keep | None) -> list[FileInfo]:
-        """The listing a run's changes are counted from: now, or, for a workflow's round,
-        the one kept from before its first round (after checking and writing its record)."""
-        now = sandbox.list_files()
-        if keep is None:
-            return now
-        baseline = sandbox.read_record(_baseline(keep.key))
-        _check_replaces(sandbox.read_record(keep.key), keep)
-        if baseline is None:
-            sandbox.write_record(_baseline(keep.key), _listing_json(now))
-        sandbox.write_record(keep.key, keep.record)
-        return now if baseline is None else _listing_of(baseline)
-
-
-def _place_one(origin: Sandbox, sandbox: Sandbox, wanted: Input) -> Placed:
-    """One input, from its session (`origin`, maybe the run's own) into the run's."""
-    try:
-        reader, info = _open_first(origin, wanted.paths(origin.id))
-    except FileNotFound:
-        return Placed(None)
-    with reader:
-        return _placed_from(reader, info.path, origin.lease.read_only, sandbox, wanted, copy=origin is not sandbox)
-
-
-def _placed_from(
-    reader: BinaryIO, found: str, read_only: bool, sandbox: Sandbox, wanted: Input, copy: bool = True
-) -> Placed:
-    try:
-        target = wanted.target(found)
-        if copy or target != found:
-            sandbox.write_file(target, reader, _ANY_SIZE)
-    except (BadRequest, TooLarge) as refused:
-        return Placed(None, refused=refused.details)
-    return Placed(target, read_only)
-
-
-def _open_first(origin: Sandbox, paths: Iterable[str]) -> tuple[BinaryIO, FileInfo]:
-    for path in paths:
-        with contextlib.suppress(FileNotFound, BadRequest):
-            return origin.open_file(path)
-    raise FileNotFound()
-
-
-def _resolve(sandbox: Sandbox, file_id: str) -> FileInfo:
-    """The file a bare id names (a download's, a removal's: no name comes with it): a raw
-    path, else a derived id matched against the session's own listing."""
-    with contextlib.suppress(BadRequest, FileNotFound):
-        return sandbox.stat(ids.file_path(file_id))
-    if ids.is_file_id(file_id):
-        found = next((f for f in sandbox.list_files() if ids.file_id(sandbox.id, f.path) == file_id), None)
-        if found is not None:
-            return found
-    raise FileNotFound()
-
-
-def _check_replaces(current: bytes | None, keep: Keep) -> None:
-    """A round runs only on the record its token was issued for."""
-    if (current is None) != (keep.replaces is None) or (
-        current is not None and record_digest(current) != keep.replaces
-    ):
-        raise Conflict("that continuation token is spent: its round ran already")
-
-
-def _baseline(key: str) -> str:
-    return f"{key}.before"
-
-
-def _listing_json(listing: Iterable[FileInfo]) -> bytes:
-    return json.dumps([asdict(f) for f in listing]).encode()
-
-
-def _listing_of(data: bytes) -> list[FileInfo]:
-    return [FileInfo(str(f["path"]), int(f["size"]), int(f["mtime_ns"])) for f in json.loads(data)]
-
+    @abstractmethod
+    def cancel(self, run_key: str) -> None:
+        """Stop the run whose Program carries `run_key`, from any process, now or as soon
+        as it starts (a cancel may arrive before the run does); a no-op when none does, or
+        where a run key names no sandbox."""

@@ -20,9 +20,10 @@ from typing import BinaryIO
 
 from .. import ids
 from ..auth import Caller
-from ..errors import BadRequest, UnsupportedLanguage
+from ..errors import BadRequest
+from ..languages import canonical
 from ..large_files import LargeFiles
-from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, Sandboxes, SendTo, Slot
+from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, RunSlot, Sandboxes, SendTo
 from ..wire import ExecRequest, RunRequest
 from . import inputs, outputs, placement
 from .access import changing, reading, run_key
@@ -36,6 +37,12 @@ class SessionLimits:
     run_timeout_seconds: float
     max_files_per_run: int  # files listed in one exec reply
     max_upload_bytes: int  # one uploaded file
+
+    def run_timeout(self, asked_ms: float | None) -> float:
+        """The seconds a run may take: what the client asked (in milliseconds), never more
+        than the service's limit."""
+        limit = self.run_timeout_seconds
+        return min(asked_ms / 1000, limit) if asked_ms else limit
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ class Sessions:
         sandboxes: Sandboxes,
         limits: SessionLimits,
         large_files: LargeFiles | None = None,
-        run_slot: Slot = contextlib.nullcontext,
+        run_slot: RunSlot = contextlib.nullcontext,
     ) -> None:
         self.sandboxes = sandboxes
         self.limits = limits
@@ -110,12 +117,14 @@ class Sessions:
         Without a session id the upload leases a new session (what LibreChat does). The
         files are pulled one by one as the backend writes them (their bodies are streams)."""
         paths: list[str] = []
+        seen: set[str] = set()  # a list's `in` made an upload cost the square of its file count
 
         def named() -> Iterator[tuple[str, BinaryIO]]:
             for filename, reader in files:
                 path = ids.upload_path(filename)
-                if path in paths:
+                if path in seen:
                     raise BadRequest("two files of the upload have the same path")
+                seen.add(path)
                 paths.append(path)
                 yield path, reader
             if not paths:
@@ -131,8 +140,10 @@ class Sessions:
         self, caller: Caller, request: ExecRequest, stateful: bool = False, run_key: str | None = None
     ) -> Report:
         """Place the session, bring the inputs in, run the program, report what it changed."""
-        program = Program(request.lang, request.code, tuple(request.args), self.limits.run_timeout_seconds, run_key)
-        self.check_language(program.lang)
+        lang = canonical(request.lang)
+        timeout = self.limits.run_timeout(request.timeout)
+        program = Program(lang, request.code, tuple(request.args), timeout, run_key)
+        self.sandboxes.check_language(request.lang)
         where = placement.for_run(caller, request, stateful, self.sandboxes.named_sessions)
         ran = self.run(Run(program, where, inputs.of(request.files)))
         return self.report(ran, request, where)
@@ -147,15 +158,10 @@ class Sessions:
         missing = inputs.missing(request.files, ran.inputs)
         limits = self.limits
         found = outputs.report(
-            ran.session_id, ran.result, ran.changes, request.files, ran.inputs, missing,
+            ran.session_id, ran.result, ran.changes, inputs.chosen(request.files), ran.inputs, missing,
             limits.max_files_per_run, request.lists_inherited,
         )  # fmt: skip
         return replace(found, runtime_status=placement.runtime_status(where, ran.created))
-
-    def check_language(self, lang: str) -> None:
-        if lang not in self.sandboxes.languages:
-            available = ", ".join(sorted(self.sandboxes.languages))
-            raise UnsupportedLanguage(f"lang '{lang}' is not available here; available: {available}")
 
     def cancel(self, caller: Caller, request_id: str) -> None:
         """Stop the run a client's request runs (its X-LibreChat-Code-Request-ID)."""

@@ -36,4 +36,4 @@ def run_key(caller: Caller, request_id: str) -> str:
     """The handle a client's request id gives its run: bound to the caller, so a cancel
     can reach no one else's."""
     owner = caller.owner.tag()
-    return ids.derived_id("run", owner.org, owner.user, request_id)
+    return ids.run_key(owner.org, owner.user, request_id)

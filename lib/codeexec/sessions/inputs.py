@@ -12,20 +12,52 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import notes
+from .. import ids, notes
+from ..errors import BadRequest
 from ..sandbox.port import Input, Placed
 from ..wire import FileRef
+from . import placement
 
 
 def of(refs: Sequence[FileRef]) -> tuple[Input, ...]:
-    return tuple(Input(ref.id, ref.name, ref.home_session) for ref in refs)
+    return tuple(Input(ref.id, ref.name, ref.home_session) for ref in chosen(refs))
+
+
+def chosen(refs: Sequence[FileRef]) -> list[FileRef]:
+    """The refs a run places. Of several that go to one path (a conversation that
+    uploaded `data.csv` twice, from a client that does not rename them apart) one file
+    can hold only one, and which one is said (`missing`): the one already in the session
+    the run lands in when it names none (its first own file's), so that no other's bytes
+    are copied over that upload, else the last one sent."""
+    home = next(placement.own_sessions(refs), None)
+    kept: dict[tuple[str, ...], FileRef] = {}
+    for ref in refs:
+        where = _lands_at(ref)
+        if where not in kept or kept[where].home_session != home:
+            kept[where] = ref
+    return [ref for ref in refs if kept[_lands_at(ref)] is ref]
+
+
+def _lands_at(ref: FileRef) -> tuple[str, ...]:
+    """Where a ref goes, as far as its name says; a ref without a usable name goes where
+    it is in its own session, which only the backend knows, so it is kept apart."""
+    try:
+        return ("name", ids.upload_path(ref.name)) if ref.name else ("ref", ref.id, ref.home_session or "")
+    except BadRequest:
+        return ("ref", ref.id, ref.home_session or "", ref.name or "")
 
 
 def missing(refs: Sequence[FileRef], placed: Sequence[Placed]) -> list[str]:
-    """The notes on inputs the run did not get, capped so a reply stays small."""
+    """The notes on inputs the run did not get, and on several sent for one path, capped
+    so a reply stays small. `refs` as sent; `placed` one for each of the chosen ones."""
+    kept = chosen(refs)
     said = [
         notes.not_copied(name, where.refused) if where.refused else notes.not_available(name)
-        for ref, where in zip(refs, placed, strict=True)
+        for ref, where in zip(kept, placed, strict=True)
         if where.path is None and (name := ref.name or ref.id)
     ]
+    for ref in kept:
+        others = {(r.id, r.home_session) for r in refs if r is not ref and _lands_at(r) == _lands_at(ref)}
+        if others - {(ref.id, ref.home_session)} and ref.name:
+            said.append(notes.same_name(ref.name, len(others) + 1, ref.id, ref.home_session))
     return notes.capped(said)

@@ -2,14 +2,18 @@
 and the inputs it left as they were, from the changes the backend computed next to the
 files (`port.Changes`).
 
-Which files count as a run's outputs follows the reference server
+Which files count as a run's outputs starts from the reference server
 (ClickHouse/code-interpreter, api/src/job.ts), which is also what @librechat/agents 3.9
 tells the model ("/mnt/data keeps files with recognized extensions"): nothing under a
-hidden directory (`.cache/`, `.ipython/`) unless an input lives there, and only files
-whose name is a recognized kind (by extension, or by a well-known name such as `.env` or
-`Dockerfile`). So `__pycache__/*.pyc`, compiler droppings and extensionless scratch
-files are never outputs; they stay in the session, listed and downloadable, like any file.
-"""
+hidden directory (`.cache/`, `.ipython/`, `.ipynb_checkpoints/`) or a bytecode cache
+(`__pycache__/`) unless an input lives there, and only files whose name is a recognized
+kind (by extension, or by a well-known name such as `.env` or `Dockerfile`). The
+reference's list misses whole kinds of file users ask for (a video, a song, an executed
+notebook, a packaged skill, map data, a model they trained), so the list here is the
+reference's and those kinds besides (docs/environment.md). What is never an output is
+what a run leaves behind without being asked: bytecode, caches, compiler droppings and
+extensionless scratch files; they stay in the session, listed and downloadable, like any
+file."""
 
 from __future__ import annotations
 
@@ -32,7 +36,24 @@ _REFERENCE_LIST = (
     ".dockerfile .Dockerfile .dockerignore .helmignore .helmfile .jenkinsfile .vagrantfile .eslintrc .prettierrc "
     ".editorconfig .nomad .bat .cmd .deb .log .rpm .vbs"
 )
-RECOGNIZED = frozenset(_REFERENCE_LIST.split())
+# The kinds the reference leaves out, each a request that would otherwise end with nothing
+# handed back ("make a video of this", "run my notebook", "export it as GeoJSON").
+_MORE_KINDS = {
+    "media": ".mp4 .m4v .webm .mov .mkv .avi .mp3 .wav .ogg .oga .opus .m4a .flac .aac .mid .midi",
+    "images": ".heic .heif .eps .ps .jp2",
+    "notebooks": ".ipynb",
+    "skills": ".skill",
+    "gis": ".geojson .topojson .kml .kmz .gpx .shp .shx .dbf .prj .cpg .gpkg",
+    "fonts": ".otf",
+    "archives": ".tgz .xz .txz .zst .lz4",
+    "databases": ".sqlite .sqlite3 .db .duckdb .feather .arrow .orc .avro .h5 .hdf5 .nc",
+    "models": ".pkl .pickle .joblib .onnx .pt .pth .safetensors .npy .npz .ubj",
+    "documents": ".odg .epub .bib .markdown .dot .mmd .qmd .rmd",
+    "data": ".xlsm .dta .sav .sas7bdat .rds .rdata .mat",
+}
+RECOGNIZED = frozenset(_REFERENCE_LIST.split()) | frozenset(" ".join(_MORE_KINDS.values()).split())
+# Directories of the tools' own making, not hidden by a dot: bytecode caches.
+JUNK_DIRS = frozenset({"__pycache__"})
 # The reference walks no deeper, and skips longer paths.
 MAX_DEPTH = 10
 MAX_PATH_CHARS = 256
@@ -46,14 +67,49 @@ def recognized(name: str) -> bool:
 
 
 def is_output(path: str, inputs: frozenset[str] = frozenset()) -> bool:
+    return _kept(path, inputs) and _left_out(path) is None
+
+
+def _kept(path: str, inputs: frozenset[str]) -> bool:
+    """Whether a file is of a kind that is an output: not under a hidden directory no
+    input lives in, and a recognized name (the filters, which the reference never reports)."""
     *dirs, name = path.split("/")
-    if len(dirs) >= MAX_DEPTH or len(path) > MAX_PATH_CHARS:
-        return False
     for depth, part in enumerate(dirs):
         under = "/".join(dirs[: depth + 1]) + "/"
-        if part.startswith(".") and not any(i.startswith(under) for i in inputs):
+        if (part.startswith(".") or part in JUNK_DIRS) and not any(i.startswith(under) for i in inputs):
             return False
     return recognized(name)
+
+
+def _left_out(path: str) -> Reason | None:
+    """Why an output of a kept kind is left out of the reply all the same (the limits,
+    which the reference reports as `artifact_truncation`)."""
+    if path.count("/") >= MAX_DEPTH:
+        return "depth"
+    return "path" if len(path) > MAX_PATH_CHARS else None
+
+
+Reason = Literal["max_files", "depth", "size", "path", "unreadable"]
+MAX_SKIPPED_LISTED = 20  # paths named in a truncation; the counts cover the rest
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """Outputs the reply leaves out, by why: the client tells the model what was not
+    delivered (the reference's `artifact_truncation`). The counts add up to `count`."""
+
+    reasons: dict[Reason, int]
+    skipped: list[str]  # the first MAX_SKIPPED_LISTED paths
+    count: int
+
+    @classmethod
+    def of(cls, left_out: list[tuple[str, Reason]]) -> Truncation | None:
+        if not left_out:
+            return None
+        reasons: dict[Reason, int] = {}
+        for _, reason in left_out:
+            reasons[reason] = reasons.get(reason, 0) + 1
+        return cls(reasons, [path for path, _ in left_out[:MAX_SKIPPED_LISTED]], len(left_out))
 
 
 @dataclass(frozen=True)
@@ -69,6 +125,7 @@ class Report:
     deleted: list[str]
     stdout_cut: bool
     runtime_status: Literal["new", "reused"] | None = None  # the stateful profile's session
+    truncation: Truncation | None = None  # outputs left out of the reply, and why
 
 
 def report(
@@ -86,16 +143,28 @@ def report(
     ones, as their own refs, so they can tell them from what the run made."""
     inputs = frozenset(p.path for p in placed if p.path)
     read_only = {p.path for p in placed if p.path and p.read_only}
-    written = [f for f in changes.written() if f.path not in read_only and is_output(f.path, inputs)]
+    kept = [f for f in changes.written() if f.path not in read_only and _kept(f.path, inputs)]
+    left_out = [(f.path, reason) for f in kept if (reason := _left_out(f.path))]
+    written = [f for f in kept if _left_out(f.path) is None]
     echoed = [
-        ref
+        (ref, where.path)
         for ref, where in zip(refs, placed, strict=True)
         if lists_inherited and where.path and (where.read_only or changes.untouched(where.path))
     ]
     limit_notes = [notes.limit_hit(hit) for hit in result.hits]
+    if written and any(hit.stopped for hit in result.hits):  # its files, as they were when it was cut
+        limit_notes.append(notes.stopped_while_writing())
     if len(written) + len(echoed) > max_files:
         limit_notes.append(notes.files_listed(max_files, len(written) + len(echoed)))
+        left_out += [(f.path, "max_files") for f in written[max_files:]]
         written = written[:max_files]
+        left_out += [(path, "max_files") for _, path in echoed[max_files - len(written) :]]
         echoed = echoed[: max_files - len(written)]
     stderr = notes.around(result.stderr, missing, limit_notes)
-    return Report(session_id, result.stdout, stderr, written, echoed, list(changes.deleted), result.stdout_cut)
+    # The listings before and after the run are whole: what it removed is known even when
+    # the reply leaves outputs out, so `deleted` stays (the reference drops it only when
+    # its own scan stopped early, which cannot happen here).
+    return Report(
+        session_id, result.stdout, stderr, written, [ref for ref, _ in echoed], list(changes.deleted),
+        result.stdout_cut, truncation=Truncation.of(left_out),
+    )  # fmt: skip

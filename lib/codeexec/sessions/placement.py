@@ -10,13 +10,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Literal
 
 from .. import ids
 from ..auth import Caller
 from ..errors import ProfileMismatch
 from ..sandbox.port import Placement
-from ..wire import RunRequest
+from ..wire import FileRef, RunRequest
 from .access import landing
 
 
@@ -42,8 +43,12 @@ def _hinted(caller: Caller, hint: str) -> str:
 
 
 def _candidates(request: RunRequest) -> tuple[str, ...]:
-    own = (ref.home_session for ref in request.files if ref.kind in (None, "user"))
-    return tuple(dict.fromkeys(c for c in (request.session_id, *own) if c))
+    return tuple(dict.fromkeys(c for c in (request.session_id, *own_sessions(request.files)) if c))
+
+
+def own_sessions(refs: Iterable[FileRef]) -> Iterator[str]:
+    """The sessions of a run's own files (not an agent's or a skill's), where it may land."""
+    return (ref.home_session for ref in refs if ref.kind in (None, "user") and ref.home_session)
 
 
 def runtime_status(where: Placement, created: bool) -> Literal["new", "reused"] | None:

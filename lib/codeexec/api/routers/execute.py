@@ -20,6 +20,6 @@ router = APIRouter()
 async def execute(body: ExecRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
     profile, key = stateful(request), cancel_key(request, caller)
     caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
-    work = lambda: exec_reply(service.sessions.execute(caller, body, profile, key))  # noqa: E731
+    work = lambda: exec_reply(service.sessions.execute(caller, body, profile, key), body.lang)  # noqa: E731
     run = service.admission.start_run(caller.owner.tag(), first_named(caller, body), work)
     return await answer(run, service.settings.exec_keepalive_seconds)

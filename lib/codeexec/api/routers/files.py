@@ -42,7 +42,8 @@ async def upload_batch(request: Request, service: ServiceDep, caller: CallerDep)
 def download(session_id: str, file_id: str, service: ServiceDep, caller: CallerDep) -> Response:
     """The file's bytes; a large one (over what a Lambda response carries) as a redirect
     to the large-files bucket, answering the same type and name from there."""
-    got = service.sessions.download(caller, session_id, file_id)
+    with service.admission.read("download", caller.owner.tag()):
+        got = service.sessions.download(caller, session_id, file_id)
     name = got.info.path.rsplit("/", 1)[-1]
     media_type = replies.media_type(name)
     if got.reader is None:
@@ -61,7 +62,8 @@ def list_files(
     caller: CallerDep,
     detail: Annotated[Literal["summary", "simple", "full"], Query()] = "simple",
 ) -> list[Any]:
-    return replies.listing(session_id, service.sessions.list_files(caller, session_id), detail)
+    with service.admission.read("listing", caller.owner.tag()):
+        return replies.listing(session_id, service.sessions.list_files(caller, session_id), detail)
 
 
 @router.delete(FILE_PATH)

@@ -29,6 +29,7 @@ async def health(service: ServiceDep) -> JSONResponse:
     answer: dict[str, Any] = {
         "status": "ok" if serving else "unavailable",
         "auth": service.auth.status(),
+        "auth_modes": service.auth.modes,
         "backend": service.settings.sandbox_backend,
         **parts,
         "languages": sorted(sandboxes.languages) if serving else [],

@@ -37,7 +37,8 @@ async def programmatic(body: ProgrammaticRequest, request: Request, service: Ser
         body.runtime_session_hint, profile = f"workspace:{workspace}", True
     programs, user = service.programs, caller.owner.tag()
     if body.continuation_token:  # its session is in the token, known once it verifies
-        run = service.admission.start_run(user, None, lambda: programmatic_reply(programs.resume(caller, body, key)))
+        work = lambda: programmatic_reply(programs.resume(caller, body, key))  # noqa: E731
+        run = service.admission.start_run(user, programs.session_of(caller, body), work)
     else:
         work = lambda: programmatic_reply(programs.start(caller, body, profile, key))  # noqa: E731
         run = service.admission.start_run(user, first_named(caller, body), work)

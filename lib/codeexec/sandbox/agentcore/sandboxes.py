@@ -87,9 +87,9 @@ from ..port import (
     Ran,
     Run,
     RunResult,
+    RunSlot,
     Sandboxes,
     SendTo,
-    Slot,
 )
 from . import session_ids
 from .api import AgentCoreApi, TimedOut
@@ -185,9 +185,8 @@ class AgentCoreSandboxes(Sandboxes):
 
     # -- the coarse operations ---------------------------------------------------------------
 
-    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
-        if run.program.lang not in self.languages:
-            raise BadRequest(f"lang '{run.program.lang}' is not available on this backend")
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
+        self.check_language(run.program.lang)
         with slot():  # around every call: AgentCore holds the session inside the run's own
             session = self._landing(run.placement)
             brought = [*self._carry(carried, run), *self._carried_from_others(session, run)]
@@ -209,7 +208,8 @@ class AgentCoreSandboxes(Sandboxes):
     def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
         # AgentCore takes a file's bytes whole, in one call: read them before any is sent,
         # so an oversized or misnamed upload never reaches (nor makes) a session.
-        blobs = [(path, _read_within(data, limit)) for path, data in files]
+        # A path that stays in the session's directory, whoever sent it (the VM checks again).
+        blobs = [(ids.file_path(path), _read_within(data, limit)) for path, data in files]
         if any(_reserved(path) for path, _ in blobs):
             raise BadRequest("file ids starting with '.' or 'log/' are reserved on this backend")
         session = self._landing(placement)
@@ -284,18 +284,25 @@ class AgentCoreSandboxes(Sandboxes):
         """AgentCore has no lock the reaper could take without waiting. Instead, every
         call touches its session when it begins and lasts far less than the idle limit,
         so a session in use is never idle-due; the lease is read afresh before the stop."""
-        agentcore_id = session_ids.from_wire(session_id)
-        if agentcore_id is None:
-            return False
         try:
-            session = self.api.get(agentcore_id)
+            lease = self.lease(session_id)
         except SessionNotFound:
             return False
-        lease = self._lease(session)
-        if session.get("status") != "READY" or lease is None or not still_due(lease):
+        if not still_due(lease):
             return False
         self.end(session_id)
         return True
+
+    def lease(self, session_id: str) -> Lease:
+        """One GetCodeInterpreterSession, and the idle clock read (`stat`, not touched)."""
+        agentcore_id = session_ids.from_wire(session_id)
+        if agentcore_id is None:
+            raise SessionNotFound()
+        session = self.api.get(agentcore_id)
+        lease = self._lease(session) if session.get("status") == "READY" else None
+        if lease is None:
+            raise SessionNotFound()
+        return lease
 
     def leases(self) -> Iterator[Lease]:
         # One touched clock to read per session: read several at once. A session that

@@ -57,8 +57,10 @@ _ENV = {
     "LANG": "C.UTF-8",
     # Named, so no runtime asks systemd for it (R's does, and says it cannot on stderr).
     "TZ": "UTC",
-    "MPLBACKEND": "Agg",  # matplotlib without a display: figures are saved, never shown
-    "MATPLOTLIBRC": f"{TOOLS}/matplotlibrc",  # and with fonts for every script (CJK too)
+    # matplotlib's defaults: no display (figures are saved, never shown) and fonts for every
+    # script (CJK too). Not MPLBACKEND: a Jupyter kernel a run starts (nbclient) would
+    # inherit it, and draw its plots into nothing instead of into the notebook.
+    "MATPLOTLIBRC": f"{TOOLS}/matplotlibrc",
     # The service's sitecustomize (toolchains.PYTHON_SITE) puts /mnt/data LAST on the path,
     # so a session's own modules import (a helper.py an earlier run wrote), and a
     # json.py or sitecustomize.py among its files shadows nothing. The locked set comes
@@ -222,6 +224,13 @@ def _nice_argv(nice: int) -> list[str]:
     return ["/usr/bin/nice", "-n", str(nice)] if nice else []
 
 
+# A run's signals are a new process's, whatever the service inherited (started as a
+# script's background job, it ignores SIGINT and SIGQUIT, and an exec keeps what is
+# ignored and blocked): coreutils' env sets every disposition to its default and unblocks
+# every signal, then execs the rest.
+DEFAULT_SIGNALS = ["/usr/bin/env", "--default-signal"]
+
+
 @dataclass
 class Sandbox:
     proc: subprocess.Popen[bytes]
@@ -316,7 +325,7 @@ def _launch(
     try:
         bwrap = shutil.which("bwrap") or "bwrap"
         proc = subprocess.Popen(
-            [*_nice_argv(nice), *_setpriv_argv(as_user), bwrap, "--args", str(args_fd), "--", *argv],
+            [*DEFAULT_SIGNALS, *_nice_argv(nice), *_setpriv_argv(as_user), bwrap, "--args", str(args_fd), "--", *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -18,17 +18,19 @@ import functools
 import logging
 import os
 import secrets
+import signal
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import mountinfo
+from . import mountinfo, owners
 
 CONTROLLERS = ("memory", "pids")
+_PREFIX = "codeexec-"  # then its maker's tag (owners.py) and a random part
 # The runner's own cgroup when it handed v2's controllers down (delegate()): runs' cgroups
 # are made beside it, in its parent.
-LEAF = "codeexec-runner"
+LEAF = "codeexec-runner"  # never taken for a dead maker's (sweep(): no tag in it)
 
 log = logging.getLogger("codeexec")
 
@@ -118,7 +120,7 @@ class RunCgroup:
 
     def __init__(self, parents: Mapping[str, Parent]) -> None:
         self.controllers = frozenset(parents)
-        name = f"codeexec-{secrets.token_hex(8)}"
+        name = f"{_PREFIX}{owners.tag()}-{secrets.token_hex(8)}"
         self._dirs = {c: p.path / name for c, p in parents.items()}
         self._v2 = {c: p.v2 for c, p in parents.items()}
 
@@ -158,6 +160,14 @@ class RunCgroup:
     def hit_process_limit(self) -> bool:
         return "pids" in self._dirs and _counter(self._dirs["pids"] / "pids.events", "max") > 0
 
+    def kill(self) -> None:
+        """SIGKILL every process still inside (cgroup.kill where v2 has it)."""
+        for path in set(self._dirs.values()):
+            if (path / "cgroup.kill").exists():
+                _write(path / "cgroup.kill", 1)
+            else:
+                _kill_members(path / "cgroup.procs")
+
     def remove(self) -> None:
         for path in set(self._dirs.values()):
             _rmdir(path)
@@ -171,6 +181,50 @@ def run_cgroup(parents: Mapping[str, Parent], memory_bytes: int, max_processes: 
         yield cgroup
     finally:
         cgroup.remove()
+
+
+def sweep(parents: Mapping[str, Parent]) -> int:
+    """Remove the run cgroups that processes now gone left behind (a service killed, or
+    stopped before its teardown ran), where no process is left in them; how many."""
+    removed = 0
+    for parent in {p.path for p in parents.values()}:
+        with contextlib.suppress(OSError), os.scandir(parent) as entries:
+            for entry in entries:
+                maker = entry.name.removeprefix(_PREFIX).rpartition("-")[0]
+                if entry.name.startswith(_PREFIX) and entry.is_dir() and owners.gone(maker):
+                    removed += _remove_if_empty(Path(entry.path))
+    if removed:
+        log.info("removed %d run cgroups left by processes that ended", removed)
+    return removed
+
+
+def _remove_if_empty(path: Path) -> bool:
+    try:
+        if (path / "cgroup.procs").read_text().strip():
+            log.warning("cgroup %s outlived its maker with processes in it; left alone", path)
+            return False
+        path.rmdir()
+        return True
+    except OSError:
+        return False
+
+
+def _kill_members(procs: Path) -> None:
+    """Each pid listed is pinned by a pidfd, then killed only if still listed: a pid that
+    ended meanwhile, and was given to some other process, is never killed."""
+    with contextlib.suppress(FileNotFoundError):
+        for pid in map(int, procs.read_text().split()):
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            try:
+                if str(pid) in procs.read_text().split():
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            finally:
+                os.close(pidfd)
 
 
 def _rmdir(path: Path) -> None:

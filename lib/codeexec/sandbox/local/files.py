@@ -5,8 +5,9 @@ directory: symlinks (`data.csv -> /etc/shadow`), FIFOs and files under a lease t
 would block a reader for good, trees deeper than PATH_MAX, names that are not UTF-8.
 So every component is opened relative to its parent with O_NOFOLLOW; a file is opened
 O_NONBLOCK and refused unless it is a regular file; walks hold a descriptor per level,
-never a path, and skip what they cannot name rather than fail. Nothing here can be
-made to block, to leave the directory, or to raise for a name a program chose.
+never a path, and skip what they cannot name rather than fail; a path given with a `..`,
+`.` or empty component is refused, whoever gives it. Nothing here can be made to block,
+to leave the directory, or to raise for a name a program chose.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ Owner = tuple[int, int] | None  # the uid and gid files and directories are hand
 def _parent_dir(root: str, path: str, create: Owner | bool = False) -> Iterator[tuple[int, str]]:
     """Yield (fd of the directory holding `path`, its last component). With `create`,
     missing directories are made, handed to the owner it names."""
-    *dirs, name = path.split("/")
+    *dirs, name = _components(path)
     fd = os.open(root, _DIR_FLAGS)
     try:
         for part in dirs:
@@ -52,6 +53,17 @@ def _parent_dir(root: str, path: str, create: Owner | bool = False) -> Iterator[
         yield fd, name
     finally:
         os.close(fd)
+
+
+def _components(path: str) -> list[str]:
+    """A path's components, each a name in its directory: whoever sends a path (the API
+    checks its own; a runner's wire, a port's caller), `..` would walk out of the
+    directory (to the session's lease, or another session), and `.` or an empty one
+    would name the directory itself."""
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise BadRequest("a file's path must name a file inside the session's directory")
+    return parts
 
 
 def _mkdir(parent_fd: int, name: str, owner: Owner) -> None:
@@ -123,6 +135,8 @@ def move_beneath(root: str, moves: list[tuple[str, int, str]], owner: Owner) -> 
     none as far as the filesystem allows: every path is checked and its directories made
     first, and only then is anything renamed into place (a rename replaces a planted
     symlink instead of writing through it)."""
+    for path, _, _ in moves:  # every path checked before any directory is made
+        _components(path)
     try:
         for path, _, _ in moves:
             with _parent_dir(root, path, create=owner or True) as (dir_fd, name):

@@ -28,7 +28,10 @@ socket and its cgroup's `cgroup.procs`, opened by the service. Two processes fol
   line by exec.
 
 While the init still holds its capabilities the program cannot reach it (the kernel lets
-no process trace or read one that holds more than itself). Each message on the control
+no process trace or read one that holds more than itself), and from before the program
+exists it is not dumpable, so that it stays out of reach once it holds no more than the
+program. Even so the service takes no word of a run's for its end: a run has ended when
+its init has (its pidfd), and the exit status is only what it reports. Each message on the control
 socket carries its sender's credentials, which the kernel gives the service as host
 pids: how the service knows whom to kill and renice.
 """
@@ -66,7 +69,7 @@ MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 0x2, 0x4
 # The new mount API's calls have one number on every architecture.
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
 _OPEN_TREE_CLONE, _AT_FDCWD, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 1, -100, 0x1000, 0x4
-_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_CAPBSET_READ, _PR_CAPBSET_DROP = 22, 2, 23, 24
+_PR_SET_DUMPABLE, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_CAPBSET_READ, _PR_CAPBSET_DROP = 4, 22, 2, 23, 24
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _SIOCSIFFLAGS, _IFF_UP = 0x8914, 0x1
 # What bwrap covers read-only in the /proc it mounts.
@@ -241,6 +244,11 @@ def _init(control: socket.socket, fds: list[int], interpret: Interpret, config: 
         handoff.close()
         _program(ctl, program_end, interpret, config)
     program_end.close()
+    # Once it drops its capabilities the init holds what the program holds, the same uid:
+    # dumpable, the program could take its descriptors (pidfd_getfd) or rewrite it
+    # (/proc/1/mem), and with them its control socket. Not dumpable, neither can it; the
+    # program, forked before, stays dumpable (its own /proc/self is its own).
+    _check(_libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
     # Signals from inside its namespace never reach pid 1 unless it handles one: none is.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     run, run_fds, _ = receive(ctl)
@@ -374,14 +382,26 @@ def _program(ctl: socket.socket, handoff: socket.socket, interpret: Interpret, c
     try:
         resource.setrlimit(resource.RLIMIT_CPU, config.cpu)  # its clock started at its fork
         os.chdir("/mnt/data")  # the session's mount, which arrived after this process started
+        _default_signals()
         if "source" in run:
+            for ignored in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python ignores them at its start
+                signal.signal(ignored, signal.SIG_IGN)
             os._exit(interpret(run["source"], run["args"]))
-        for ignored in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python's subprocess restores them
-            signal.signal(ignored, signal.SIG_DFL)
         os.execv(run["argv"][0], run["argv"])  # noqa: S606  # the run's own command line
     except OSError as error:
         os.write(2, f"{error}\n".encode(errors="replace"))
     os._exit(127)
+
+
+def _default_signals() -> None:
+    """A run's signals are a new process's, whatever its server was started with or set
+    for itself: none blocked, none ignored (Python's own SIGINT handler stays, as in a
+    Python started for the run)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for number in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL, SIGSTOP
+            if signal.getsignal(number) == signal.SIG_IGN:
+                signal.signal(number, signal.SIG_DFL)
 
 
 def _quiet() -> None:

@@ -18,7 +18,8 @@ limit is not idle).
 
 A cancel for a run in progress is always taken. One for a run that has not started (a
 cancel may overtake its call while that waits for its session) is kept a few minutes,
-and only so many at once: cancels of runs that never come cannot pile up.
+and only so many at once, for each caller and host-wide: cancels of runs that never come
+cannot pile up, and one caller's cannot crowd out another's.
 
 Ending a session is a rename to a tombstone name, then the subvolume's destruction: the
 rename is atomic, so a session is either whole and addressable or gone, never half there.
@@ -32,6 +33,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -42,8 +44,9 @@ from typing import BinaryIO
 from ... import ids
 from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound
 from ...languages import LANGUAGES
-from ..port import FileInfo, Lease, OwnerTag, Program, RunResult, Sandboxes
-from . import bwrap, cgroups, files, warm
+from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
+from . import bwrap, cgroups, files, owners, warm
+from .engine import ComposedSandboxes
 from .limits import Limits
 from .storage import Storage, over_limit
 from .toolchains import TOOLCHAINS
@@ -51,12 +54,19 @@ from .toolchains import TOOLCHAINS
 log = logging.getLogger("codeexec.local")
 
 _TOMBSTONE = ".ended-"
+_STAGING = "staging-"
+# A session subvolume without its lease this long after it was made is what a crash
+# left between the two: nothing opens it, nothing would reap it.
+_HALF_MADE_SECONDS = 60
 _RUNS = ".runs"
 _CANCELS = ".cancel"
 # A cancel for no run in progress waits this long for its run, longer than a call waits
 # for its session; a run's own entry outlives no run. Both are swept after it.
 _CANCEL_KEPT_SECONDS = 300
-_PENDING_CANCELS = 256  # cancels waiting for a run at most, host-wide
+# Cancels waiting for a run at most: a caller's (its run keys share their first
+# characters), so that one caller's flood refuses no one else's; and host-wide.
+_PENDING_CANCELS_PER_CALLER = 32
+_PENDING_CANCELS = 4096
 
 
 @dataclass(frozen=True)
@@ -96,7 +106,8 @@ class LocalSandbox:
 
     def write_files(self, pairs: Iterable[tuple[str, BinaryIO]], limit: int) -> None:
         # Staged beside data/, in the session's own subvolume (its quota holds), then moved in.
-        staging = tempfile.mkdtemp(prefix="staging-", dir=self._path)
+        # Named by this process (owners.py): a start after a crash removes it, a live one never.
+        staging = tempfile.mkdtemp(prefix=f"{_STAGING}{owners.tag()}-", dir=self._path)
         fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             moves: list[tuple[str, int, str]] = []
@@ -176,6 +187,30 @@ def _record_name(key: str) -> str:
     return key
 
 
+def _check_enterable(root: Path, user: tuple[int, int]) -> None:
+    """bwrap runs as the sandbox user and binds a session's directory beneath the root: a
+    directory on the way that user may not pass makes every run fail, each with an opaque
+    error. Refused at the start instead, with what to change."""
+    uid, gid = user
+    as_user = [bwrap.SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+    probe = [*as_user, "/usr/bin/test", "-x", str(root)]
+    if os.geteuid() == 0 and subprocess.run(probe, check=False).returncode != 0:  # noqa: S603
+        raise RuntimeError(
+            f"SANDBOX_ROOT {root} cannot be entered by the sandbox user (uid {uid}, gid {gid}), so no run could"
+            " start: let every directory above it be searched by others (chmod o+x), or choose a root elsewhere"
+        )
+
+
+def _sweep_staging(session: Path) -> None:
+    """The staging directories of uploads whose process is gone."""
+    with contextlib.suppress(OSError), os.scandir(session) as entries:
+        for entry in entries:
+            maker = entry.name.removeprefix(_STAGING).rpartition("-")[0]
+            if entry.name.startswith(_STAGING) and owners.gone(maker):
+                log.info("removing an upload's staging directory left in %s", session.name)
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
 def _lock_within(fd: int, seconds: float) -> None:
     """flock, but never waiting longer than `seconds`: a caller waiting for a session
     holds a thread, and a session busy for longer is better answered "try again"."""
@@ -192,7 +227,7 @@ def _lock_within(fd: int, seconds: float) -> None:
             pause = min(pause * 2, 0.1)
 
 
-class LocalSandboxes(Sandboxes):
+class LocalSandboxes(ComposedSandboxes):
     def __init__(self, config: LocalConfig) -> None:
         if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
             raise RuntimeError(
@@ -210,10 +245,12 @@ class LocalSandboxes(Sandboxes):
         self.storage = Storage.prepare(
             config.root, config.limits.max_session_bytes, config.sandbox_gid, config.image_bytes
         )
+        _check_enterable(config.root, self.sandbox_user)
         for private in (_RUNS, _CANCELS):
             (self.root / private).mkdir(mode=0o700, exist_ok=True)
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
+        self._sweep_leftovers()
         terms = self.limits, self.sandbox_user, self.cgroup_parents
         self.warm = {
             "py": warm.Pool.start(True, config.warm_python, *terms),
@@ -221,6 +258,17 @@ class LocalSandboxes(Sandboxes):
         }
 
     named_sessions = True
+
+    def _sweep_leftovers(self) -> None:
+        """Before serving, what a crash (or a stop before the teardown) left: run cgroups,
+        uploads' staging directories, sessions half made, endings not finished; only of
+        processes that are gone (owners.py)."""
+        cgroups.sweep(self.cgroup_parents)
+        for entry in os.scandir(self.root):
+            if entry.name.startswith(_TOMBSTONE):
+                self._finish_ending(entry.name)
+            elif ids.is_session_id(entry.name) and not self._remove_if_half_made(Path(entry.path)):
+                _sweep_staging(Path(entry.path))
 
     def take_warm(self, program: Program) -> warm.Slot | None:
         """A run made ahead for this one, of the kind it wants: for py, forked from the
@@ -285,15 +333,21 @@ class LocalSandboxes(Sandboxes):
         finally:
             os.close(lock)
 
+    def lease(self, session_id: str) -> Lease:
+        lease = self._lease_of(session_id, self.root / session_id) if ids.is_session_id(session_id) else None
+        if lease is None:
+            raise SessionNotFound()
+        return lease
+
     def end(self, session_id: str) -> None:
         self._end(session_id, fcntl.LOCK_EX, lambda lease: True)
 
     def cancel(self, run_key: str) -> None:
         # The run, in whichever process, sees the marker at its next look (every 20 ms).
         marker = self._run_file(_CANCELS, run_key)
-        if not self._run_file(_RUNS, run_key).exists() and self._cancels_kept() >= _PENDING_CANCELS:
+        if not self._run_file(_RUNS, run_key).exists() and self._too_many_cancels(run_key):
             self._sweep_cancels()
-            if self._cancels_kept() >= _PENDING_CANCELS:
+            if self._too_many_cancels(run_key):
                 raise RateLimited("too many cancels wait for runs that have not started; try again later")
         marker.touch()
 
@@ -316,10 +370,16 @@ class LocalSandboxes(Sandboxes):
             raise ValueError("not a run key")
         return self.root / kind / run_key
 
-    def _cancels_kept(self) -> int:
-        """Markers on disk; those of runs in progress count too (there are few)."""
+    def _too_many_cancels(self, run_key: str) -> bool:
+        """Whether the markers on disk are at the caller's cap or the host's (those of runs
+        in progress count too: there are few)."""
+        caller = run_key[: ids.RUN_KEY_CALLER_CHARS]
+        kept = callers = 0
         with os.scandir(self.root / _CANCELS) as markers:
-            return sum(1 for _ in markers)
+            for marker in markers:
+                kept += 1
+                callers += marker.name.startswith(caller)
+        return callers >= _PENDING_CANCELS_PER_CALLER or kept >= _PENDING_CANCELS
 
     def end_if(self, session_id: str, still_due: Callable[[Lease], bool]) -> bool:
         # Never waits: a session some call holds is busy, and the next pass tries again.
@@ -368,6 +428,23 @@ class LocalSandboxes(Sandboxes):
                 lease = self._lease_of(entry.name, Path(entry.path))
                 if lease is not None:
                     yield lease
+                else:
+                    self._remove_if_half_made(Path(entry.path))
+
+    def _remove_if_half_made(self, path: Path) -> bool:
+        try:
+            if (path / "lease.json").exists() or time.time() - path.stat().st_mtime < _HALF_MADE_SECONDS:
+                return False
+        except OSError:
+            return False
+        tomb = f"{_TOMBSTONE}{path.name}"
+        try:
+            path.rename(self.root / tomb)
+        except OSError:
+            return False
+        log.info("removing the session %s, half made (no lease)", path.name)
+        self._finish_ending(tomb)
+        return True
 
     def _finish_ending(self, tomb: str) -> None:
         """An ending that did not finish; one that fails again is logged, and the pass goes on."""

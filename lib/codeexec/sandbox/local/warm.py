@@ -31,7 +31,7 @@ Refills run at low priority (nice) while half the pool is ready; a run gets its 
 priority at its hand-over.
 The reply is built from the run's exit and output; reaping it and removing its cgroup
 happen after, in a thread of their own. A server is replaced after _SERVER_RUNS runs or
-_SERVER_SECONDS: its forks share its address-space layout (README "Warm sandboxes").
+_SERVER_SECONDS: its forks share its address-space layout (docs/isolation.md "Warm sandboxes").
 """
 
 from __future__ import annotations
@@ -294,15 +294,42 @@ class Slot:
         if message != {"started": True}:
             raise OSError(errno.EIO, f"the run was not started: {message}")
 
+    def ended(self, timeout: float | None) -> bool:
+        """Whether the init has ended, waiting at most timeout seconds. The init is the last
+        of the run's processes (the kernel ends the rest of its PID namespace before it), and
+        nothing the run says or holds makes it end sooner or look ended."""
+        assert self.pidfd is not None
+        return bool(select.select([self.pidfd], [], [], timeout)[0])
+
+    def reported_exit(self) -> int:
+        """The exit status the ended init reported, or that of a run killed whole (as by
+        the memory limit, or at its time limit) when it reported none."""
+        code = None
+        self.ctl.setblocking(False)
+        with contextlib.suppress(OSError):  # nothing more to read
+            while True:
+                message, fds, _ = forkserver.receive(self.ctl)
+                for fd in fds:
+                    os.close(fd)
+                if message is None:
+                    break
+                code = message.get("exit", code)
+        return code if isinstance(code, int) and 0 <= code <= 255 else 128 + signal.SIGKILL
+
     def close(self) -> None:
-        """Kill what is left of the run, wait for its last process, remove its cgroup."""
+        """Kill what is left of the run, wait for its last process, remove its cgroup.
+        Every wait here is bounded and on the kernel's word, never the run's: one run
+        cannot hold up the teardown of others."""
         try:
             if self.pidfd is not None:
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                self.ctl.shutdown(socket.SHUT_WR)  # an unused slot's init ends it then
-            self._wait_ended()
+                if not self.ended(_ENDED_SECONDS):
+                    log.warning("a warm run's init did not end %s s after it was killed", _ENDED_SECONDS)
+            else:  # its init never said hello: an init waiting for a run ends when the socket closes
+                with contextlib.suppress(OSError):
+                    self.ctl.shutdown(socket.SHUT_WR)
+            self.cgroup.kill()  # anything of the run the above did not reach
             self.cgroup.remove()
         finally:
             self.ctl.close()
@@ -310,18 +337,10 @@ class Slot:
                 os.close(self.pidfd)
             self.server.release()
 
-    def _wait_ended(self) -> None:
-        """The init is the last of the run's processes (it reaps every other, and the
-        kernel waits for them before it ends); the control socket's far end closes with it."""
-        self.ctl.settimeout(_ENDED_SECONDS)
-        with contextlib.suppress(OSError):
-            while forkserver.receive(self.ctl)[0] is not None:
-                pass
-
 
 class _Forked:
-    """A forked run under way, as bwrap.finish collects it (bwrap.Started): its exit
-    arrives from its init on the control socket."""
+    """A forked run under way, as bwrap.finish collects it (bwrap.Started): it ends when
+    its init does, with the exit status the init reported on the control socket."""
 
     def __init__(self, slot: Slot, streams: tuple[int, int]) -> None:
         self.slot = slot
@@ -332,15 +351,9 @@ class _Forked:
         return self.wait(0)
 
     def wait(self, timeout: float | None = None) -> int | None:
-        ctl = self.slot.ctl
-        if self._code is None and select.select([ctl], [], [], timeout)[0]:
-            message, fds, _ = forkserver.receive(ctl)
-            for fd in fds:
-                os.close(fd)
-            # The init holds what the program holds by now: what it says is an exit status,
-            # or the run ended without one (killed whole, as by the memory limit).
-            code = (message or {}).get("exit")
-            self._code = code if isinstance(code, int) and 0 <= code <= 255 else 128 + signal.SIGKILL
+        # The run has ended when its init has; only then is what it reported read.
+        if self._code is None and self.slot.ended(timeout):
+            self._code = self.slot.reported_exit()
         return self._code
 
     def kill(self) -> None:

@@ -5,7 +5,8 @@ draws a first figure, or with --bare nothing at all; what that made is frozen ou
 garbage collector and laid in huge pages; then it serves. Each run is a fork of it that
 became a sandbox of its own (forkserver.py), and runs its Python program here, as
 `python3 -s source args...` would, but without starting an interpreter or importing
-anything again. The server itself never runs a program.
+anything again, and with every random generator the imports made seeded afresh, as a
+new interpreter's would be. The server itself never runs a program.
 """
 
 import atexit
@@ -15,13 +16,14 @@ import gc
 import importlib
 import os
 import pkgutil  # noqa: F401  # runpy.run_path imports it at every call: here, once
+import random
 import runpy  # here, not in each run: its imports cost a bare run more than its program
 import socket
 import sys
 import threading
 import traceback
 
-# Chosen by measurement (README "Libraries and tools"): what most programs import. scipy.stats,
+# Chosen by measurement (docs/libraries.md): what most programs import. scipy.stats,
 # seaborn, sklearn and statsmodels would save 0.5 to 0.8 s for the few programs that use them,
 # and cost every fork server 60 to 100 MB more, and every run's page tables; they import on demand.
 PRELOADED = ("numpy", "pandas", "matplotlib.pyplot", "openpyxl")  # pyplot loads the font cache
@@ -59,6 +61,35 @@ def _draw_once() -> None:
     pyplot.title("warm")
     figure.savefig(io.BytesIO(), format="png")
     pyplot.close("all")
+
+
+# The random generators the server's imports made, found once in the server: each fork
+# reseeds them, or every run would draw what every other run draws.
+_generators: list[object] = []
+
+
+def find_generators() -> list[object]:
+    """Python's random.Random instances (the module's own reseeds itself at a fork; one a
+    library made does not), and numpy's RandomStates (np.random.*, and what pandas,
+    SciPy and scikit-learn draw from when given no seed) and bit generators (a Generator's)."""
+    kinds: tuple[type, ...] = (random.Random,)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        kinds += (numpy.random.RandomState, numpy.random.BitGenerator)
+    found = (each for each in gc.get_objects() if isinstance(each, kinds))
+    return [each for each in found if not isinstance(each, random.SystemRandom)]  # seeds nothing
+
+
+def reseed() -> None:
+    """Fresh seeds from the kernel for every generator the server's imports made: in the
+    run, after its fork."""
+    for generator in _generators:
+        if isinstance(generator, random.Random):
+            generator.seed(os.urandom(32))
+        elif hasattr(generator, "seed"):  # a RandomState: None seeds it from the kernel's entropy
+            generator.seed(None)
+        else:  # a bit generator: the state of a fresh one, seeded from the kernel's entropy
+            generator.state = type(generator)().state  # type: ignore[attr-defined]
 
 
 _HUGE = 1 << 21
@@ -105,6 +136,7 @@ def exit_code(source: str, args: list[str]) -> int:
     """Run the program and end as the interpreter ends, up to its module teardown: wait
     for the program's threads, run its atexit functions, flush. The teardown, with pandas
     and matplotlib loaded, would take a quarter of a second and change nothing."""
+    reseed()
     try:
         run(source, args)
         code: object = 0
@@ -130,6 +162,7 @@ def main() -> None:
     if "--bare" not in sys.argv[1:]:  # a bare interpreter has started Python, nothing more
         preload()
     config = forkserver.load_config()
+    _generators.extend(find_generators())
     # What the imports made is never garbage: the runs' collections skip it, and so never
     # touch (and copy) the pages each fork shares with this process.
     gc.freeze()

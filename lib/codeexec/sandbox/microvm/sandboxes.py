@@ -53,9 +53,9 @@ from ..port import (
     Placement,
     Ran,
     Run,
+    RunSlot,
     Sandboxes,
     SendTo,
-    Slot,
 )
 from ..runner import RunnerClient, RunnerPort, call_seconds
 from . import vm_ids
@@ -123,7 +123,7 @@ class MicrovmSandboxes(Sandboxes):
 
     # -- the coarse operations: one request to the session's VM -------------------------------
 
-    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
         """In the first candidate VM that admits the caller, else in a new one. Inputs of
         other sessions are other VMs': read once per origin, streamed into the run."""
         where = run.placement
@@ -177,7 +177,7 @@ class MicrovmSandboxes(Sandboxes):
         with self._port(session_id) as port:
             return port.read_record(session_id, access, key)
 
-    def _run_in(self, session_id: str, run: Run, slot: Slot, new: bool = False) -> Ran:
+    def _run_in(self, session_id: str, run: Run, slot: RunSlot, new: bool = False) -> Ran:
         if new:
             here = replace(run, placement=_made_in(run.placement, session_id))
         else:
@@ -210,15 +210,23 @@ class MicrovmSandboxes(Sandboxes):
         """Never calls the VM: a VM that AWS suspended has had no traffic for the idle
         limit, so no call is using it; one past its TTL is ended by AWS at that moment anyway."""
         try:
-            vm_id = vm_ids.vm_of(session_id)
-            vm = self.api.get(vm_id)
-        except (vm_ids.Unmappable, SessionNotFound):
+            lease = self.lease(session_id)
+        except SessionNotFound:
             return False
-        lease = self._lease(vm)
-        if lease is None or not still_due(lease):
+        if not still_due(lease):
             return False
-        self.api.terminate(vm_id)
+        self.api.terminate(vm_ids.vm_of(session_id))
         return True
+
+    def lease(self, session_id: str) -> Lease:
+        """From the control plane alone (`GetMicrovm`): a call to the VM would wake it."""
+        try:
+            lease = self._lease(self.api.get(vm_ids.vm_of(session_id)))
+        except vm_ids.Unmappable:
+            lease = None
+        if lease is None:
+            raise SessionNotFound()
+        return lease
 
     def leases(self) -> Iterator[Lease]:
         for item in self.api.microvms(self.config.image):

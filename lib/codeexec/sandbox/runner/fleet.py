@@ -42,7 +42,7 @@ import httpx
 
 from ... import ids
 from ...errors import BackendUnavailable, SessionNotFound
-from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, Sandboxes, SendTo, Slot
+from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, RunSlot, Sandboxes, SendTo
 from . import protocol
 from .client import RunnerClient, Unreachable
 from .sandboxes import RunnerPort, call_seconds
@@ -219,7 +219,7 @@ class RunnerFleet(Sandboxes):
 
     # -- the coarse operations --------------------------------------------------------------
 
-    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
         for runner, placement in self._placed(run.placement):
             with contextlib.suppress(SessionNotFound), runner.calling() as port:
                 here = replace(run, placement=placement)

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from ... import ids
 from ...errors import SessionNotFound, TooLarge
-from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, Sandboxes, SendTo, Slot
+from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, RunSlot, SendTo
 from . import protocol
 from .client import ResponseReader, RunnerClient
 
@@ -36,14 +36,14 @@ def call_seconds(run_timeout_seconds: float) -> float:
     return 2 * max(run_timeout_seconds, _SLOWEST_RUN_SECONDS) + 4 * _GRACE_SECONDS
 
 
-class RunnerPort(Sandboxes):
+class RunnerPort:
     """The port over one runner's client: what the `runner` backend routes each call to,
     and what the `microvm` backend talks to once it has found a session's VM."""
 
     def __init__(self, client: RunnerClient) -> None:
         self.client = client
 
-    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: Slot = contextlib.nullcontext) -> Ran:
+    def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
         frames = itertools.chain(
             [(protocol.run_json(run), None)],
             (({"index": c.index, "found": c.found, "read_only": c.read_only}, c.reader) for c in carried),

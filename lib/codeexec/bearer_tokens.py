@@ -8,16 +8,23 @@ so a token cannot choose how it is checked. A key set in a file (a mounted secre
 the same way by `_FileKeys`, since PyJWKClient fetches only over HTTP. The allow-list never
 holds `none` or an HMAC algorithm (settings refuse them): a public key is no HMAC secret.
 
+A public key can also be given as it is (CODE_EXEC_JWT_PUBLIC_KEY: a PEM, the PEM in
+base64, or a key set's JSON; `_GivenKeys`): what a LibreChat self-hoster has, the other
+half of its CODEAPI_JWT_PRIVATE_KEY_BASE64. A key given without a `kid` checks tokens of
+any `kid`, since LibreChat's kid is only a label of its own configuration.
+
 Tokens are never logged, and no reason given back quotes one.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
@@ -72,29 +79,92 @@ def _by_kid(keys: PyJWKSet, kid: object) -> PyJWK | None:
     return next((key for key in keys.keys if kid and key.key_id == kid), None)
 
 
+class _GivenKeys:
+    """Keys given in the settings: the one of the token's `kid`, else the one without a kid."""
+
+    def __init__(self, keys: PyJWKSet) -> None:
+        self._keys = keys
+
+    def get_signing_key_from_jwt(self, token: str) -> PyJWK:
+        import jwt
+
+        kid = jwt.get_unverified_header(token).get("kid")
+        found = _by_kid(self._keys, kid) or next((key for key in self._keys.keys if not key.key_id), None)
+        if found is None:
+            raise jwt.PyJWKClientError("no key matches the token's kid")
+        return found
+
+
+PUBLIC_KEY_SETTING = "CODE_EXEC_JWT_PUBLIC_KEY"
+
+
+def given_keys(value: str) -> PyJWKSet:
+    """The key set a CODE_EXEC_JWT_PUBLIC_KEY names, or ValueError with a sentence that says
+    what is wrong with it (never quoting it)."""
+    import jwt
+
+    text = value.strip()
+    if not text.startswith(("{", "-----")):
+        try:
+            text = base64.b64decode(text, validate=True).decode().strip()
+        except (binascii.Error, UnicodeDecodeError):
+            raise ValueError(f"{PUBLIC_KEY_SETTING} is neither a PEM, a base64 PEM nor a JSON key set") from None
+    if "PRIVATE KEY" in text:
+        raise ValueError(
+            f"{PUBLIC_KEY_SETTING} holds a private key: give this service the public half only "
+            "(`python -m codeexec.keys` prints it)"
+        )
+    try:
+        if text.startswith("{"):
+            loaded = json.loads(text)
+            return jwt.PyJWKSet.from_dict(loaded if "keys" in loaded else {"keys": [loaded]})
+        return jwt.PyJWKSet([_jwk_of_pem(text.encode())])
+    except (ValueError, TypeError, jwt.PyJWKError, jwt.PyJWKSetError) as exc:
+        raise ValueError(f"{PUBLIC_KEY_SETTING} is not a usable public key (an Ed25519, RSA or EC key)") from exc
+
+
+def _jwk_of_pem(pem: bytes) -> dict[str, Any]:
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
+
+    key = load_pem_public_key(pem)
+    if isinstance(key, ed25519.Ed25519PublicKey):
+        return OKPAlgorithm.to_jwk(key, as_dict=True)
+    if isinstance(key, rsa.RSAPublicKey):
+        return RSAAlgorithm.to_jwk(key, as_dict=True)
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        return ECAlgorithm.to_jwk(key, as_dict=True)
+    raise ValueError("not an Ed25519, RSA or EC key")
+
+
 class TokenVerifier:
     def __init__(
         self,
-        jwks_url: str,
+        jwks_url: str | None,
         issuer: str,
         audience: str,
         org_claim: str,
         algorithms: Iterable[str],
         refresh_cooldown: float = REFRESH_COOLDOWN_SECONDS,
+        public_key: str | None = None,
     ) -> None:
+        """Keys from `public_key` (CODE_EXEC_JWT_PUBLIC_KEY) when given, else from `jwks_url`."""
         import jwt
 
-        url = urlsplit(jwks_url)
-        self._keys: _Keys = (
-            _FileKeys(Path(url2pathname(url.path)))
-            if url.scheme == "file"
-            else jwt.PyJWKClient(
-                jwks_url,
+        url = urlsplit(jwks_url or "")
+        self._keys: _Keys
+        if public_key:
+            self._keys = _GivenKeys(given_keys(public_key))
+        elif url.scheme == "file":
+            self._keys = _FileKeys(Path(url2pathname(url.path)))
+        else:
+            self._keys = jwt.PyJWKClient(
+                jwks_url or "",
                 lifespan=KEY_SET_TTL_SECONDS,
                 timeout=FETCH_TIMEOUT_SECONDS,
                 cooldown_duration=refresh_cooldown,
             )
-        )
         self._issuer = issuer
         self._audience = audience
         self._org_claim = org_claim
@@ -131,6 +201,14 @@ class TokenVerifier:
         return Identity(org, sub)
 
 
+KEY_MISMATCH = (
+    "the bearer token's signature does not verify: it was signed with another key than the one "
+    "this service checks with (or altered); "
+    "LibreChat's CODEAPI_JWT_PRIVATE_KEY_BASE64 and this service's CODE_EXEC_JWT_PUBLIC_KEY "
+    "(or key set) must be the two halves of one key pair (see docs/librechat.md)"
+)
+
+
 def _reason(exc: Exception) -> str:
     """A fixed reason by kind of failure: PyJWT's own messages may quote parts of the token."""
     import jwt
@@ -140,7 +218,7 @@ def _reason(exc: Exception) -> str:
         (jwt.ImmatureSignatureError, "the bearer token is not valid yet"),
         (jwt.InvalidIssuerError, "the bearer token's issuer is not the configured one"),
         (jwt.InvalidAudienceError, "the bearer token's audience is not the configured one"),
-        (jwt.InvalidSignatureError, "the bearer token's signature does not verify"),
+        (jwt.InvalidSignatureError, KEY_MISMATCH),
         (jwt.InvalidAlgorithmError, "the bearer token's algorithm is not allowed for its key"),
         (jwt.MissingRequiredClaimError, "the bearer token lacks a required claim (exp, iss or aud)"),
         (jwt.PyJWKClientError, "no key of the key set matches the bearer token's kid"),

@@ -1,13 +1,13 @@
-"""Round three: each hole issue 23 found, attacked again for real, through the API (and,
-where the attack is on the host side, from an unprivileged host user or as a program
-would have left things before the seccomp filter refused it). Each asserts that the
-attack failed, and, after it, that /health and an ordinary run in a fresh session answer
-promptly. Numbered as the issue."""
+"""Attacks on the SERVICE around the sandbox, through the API only: bodies and headers that
+never end, calls that take every slot, files a program leaves to trip the service up,
+malformed requests, tokens. Each asserts that the attack failed, and that /health and an
+ordinary run in a fresh session still answer promptly. Each names the issue (and its item)
+that found it: 19 (round two), 23 (round three)."""
 
 from __future__ import annotations
 
 import contextlib
-import errno
+import json
 import os
 import resource
 import socket
@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 import httpx
@@ -29,112 +28,222 @@ from codeexec import connections
 from codeexec.api import gate
 from codeexec.api.app import create_app
 from codeexec.reaper import reap
-from codeexec.sandbox.local import btrfs
+from codeexec.sandbox.local import files as local_files
 from codeexec.settings import Settings
 
+from .calls import names, run, upload
 from .conftest import API_KEY
+from .helpers.attacks import KEY, LIMITS, PROMPT, attacked, exec_, still_serves
+from .helpers.g2 import KID, TENANT, g2_settings, librechat_token
+from .helpers.tokens import Issuer
 from .serving import serving
-from .test_g2 import KID, TENANT, g2_settings, librechat_token
-from .test_tokens import Issuer
-
-HOST_USER = 4321  # a host user that is neither root nor the sandbox's uid, and owns nothing
-PROMPT = 10.0  # seconds: what "answers promptly" allows on a busy 2-core machine
-KEY = {"X-API-Key": API_KEY}
 
 
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"run_timeout_seconds": 10, "max_concurrent_uploads": 4})
-
-
-def still_serves(client: httpx.Client | TestClient) -> None:
-    """After an attack: /health, and an ordinary run in a fresh session, promptly."""
-    started = time.monotonic()
-    assert client.get("/health").status_code == 200
-    body = client.post("/v1/exec", json={"lang": "py", "code": "print(6 * 7)"}).json()
-    assert (body["stdout"], body["stderr"]) == ("42\n", "")
-    assert time.monotonic() - started < PROMPT
+    return settings.model_copy(update=LIMITS)
 
 
 @pytest.fixture
 def api(live_server: str) -> Iterator[httpx.Client]:
-    base = live_server.removesuffix("/v1")
-    with httpx.Client(base_url=base, headers=KEY, timeout=30) as client:
+    with attacked(live_server) as client:
         yield client
-    with httpx.Client(base_url=base, headers=KEY, timeout=PROMPT) as after:
-        still_serves(after)
 
 
-def exec_(api: httpx.Client | TestClient, code: str, lang: str = "py", **extra: object) -> dict[str, Any]:
-    reply = api.post("/v1/exec", json={"lang": lang, "code": code, **extra})
-    assert reply.status_code == 200, reply.text
-    return reply.json()  # type: ignore[no-any-return]
+# Issue 19, item 1: Files that block a reader.
 
 
-def as_host_user(script: str, uid: int = HOST_USER) -> subprocess.CompletedProcess[str]:
-    argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", "/bin/sh", "-c", script]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+def test_a_fifo_blocks_no_reader_and_no_worker(api: httpx.Client) -> None:
+    session = exec_(api, "mkfifo pipe.csv", lang="bash")["session_id"]
+    with ThreadPoolExecutor(45) as pool:  # more than the server's worker threads
+        downloads = list(pool.map(lambda _: api.get(f"/v1/download/{session}/pipe.csv").status_code, range(45)))
+    assert set(downloads) == {404}
+    assert api.get(f"/v1/sessions/{session}/objects/pipe.csv").status_code == 404
+    ref = {"id": "pipe.csv", "name": "pipe.csv", "session_id": session}
+    body = exec_(api, "print('ran')", files=[ref], session_id=session)
+    assert body["stdout"] == "ran\n"
 
 
-# 1. A program makes a btrfs subvolume in its session.
+# Issue 19, item 3: The body is bounded and the caller known before a byte of it is read.
 
-BTRFS_IOCTLS = """
-import fcntl, os, struct
-def ioc(direction, number, size=4096):
-    return (direction << 30) | (size << 16) | (0x94 << 8) | number
-name = bytearray(struct.pack("q", 0) + b"escape".ljust(4088, b"\\0"))
-lookup = bytearray(struct.pack("QQ", 0, 256).ljust(4096, b"\\0"))
-tries = {
-    "create": (ioc(1, 14), name),  # BTRFS_IOC_SUBVOL_CREATE
-    "rootref": (ioc(3, 61), bytearray(4096)),  # BTRFS_IOC_GET_SUBVOL_ROOTREF: the subvolumes below
-    "lookup": (ioc(3, 18), lookup),  # BTRFS_IOC_INO_LOOKUP: which subvolume this is
-    "create, upper bits set": ((0xFFFFFFFF << 32) | ioc(1, 14), name),
-}
-fd = os.open("/mnt/data", os.O_RDONLY)
-for what, (command, arg) in tries.items():
+
+def _raw_post(live_server: str, headers: str, body_chunks: Iterator[bytes] | None = None) -> str:
+    url = urlparse(live_server)
+    with socket.create_connection((url.hostname, url.port), timeout=PROMPT) as conn:
+        conn.sendall(f"POST /v1/exec HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+        for chunk in body_chunks or ():
+            try:
+                conn.sendall(chunk)
+            except OSError:  # the service answered and closed: it did not read the rest
+                break
+        return conn.recv(4096).decode(errors="replace")
+
+
+def test_a_big_body_is_refused_before_it_is_read(api: httpx.Client, live_server: str) -> None:
+    started = time.monotonic()
+    unauthenticated = _raw_post(live_server, "Content-Type: application/json\r\nContent-Length: 300000000\r\n")
+    assert unauthenticated.startswith("HTTP/1.1 401")
+    declared = _raw_post(live_server, f"X-API-Key: {API_KEY}\r\nContent-Length: 2147483648\r\n")
+    assert declared.startswith("HTTP/1.1 413")
+    endless = (b"1000\r\n" + b"x" * 4096 + b"\r\n" for _ in range(100_000))  # 400 MB, no length
+    chunked = _raw_post(live_server, f"X-API-Key: {API_KEY}\r\nTransfer-Encoding: chunked\r\n", endless)
+    assert chunked.startswith("HTTP/1.1 413")
+    assert time.monotonic() - started < 3 * PROMPT  # none of them waited for 300 MB to arrive
+
+
+# Issue 19, item 4: Admission control.
+
+
+def test_runs_beyond_the_slots_are_refused_at_once_and_health_answers(api: httpx.Client) -> None:
+    finished: list[tuple[float, int]] = []
+
+    def sleeper(i: int) -> httpx.Response:  # nine users: no user's share stops them first
+        reply = api.post("/v1/exec", json={"lang": "bash", "code": "sleep 3", "user_id": f"u{i}"}, timeout=30)
+        finished.append((time.monotonic(), reply.status_code))
+        return reply
+
+    with ThreadPoolExecutor(9) as pool:
+        replies = list(pool.map(sleeper, range(9)))
+        health_while_full = api.get("/v1/health")
+    statuses = sorted(r.status_code for r in replies)
+    assert statuses == [200] * 3 + [429] * 6
+    refused = next(r for r in replies if r.status_code == 429).json()
+    assert (refused["error"], refused["retry_after_seconds"]) == ("rate_limited", 2)
+    # Every refusal came back while the admitted runs were still sleeping.
+    last_refusal = max(t for t, status in finished if status == 429)
+    first_run = min(t for t, status in finished if status == 200)
+    assert last_refusal < first_run
+    assert health_while_full.status_code == 200
+
+
+def test_uploads_waiting_for_a_busy_session_are_bounded(api: httpx.Client) -> None:
+    session = exec_(api, "echo ready", lang="bash")["session_id"]
+    with ThreadPoolExecutor(10) as pool:
+        running = pool.submit(exec_, api, "sleep 3", "bash", session_id=session)
+        time.sleep(0.5)
+        upload_once = lambda i: api.post(  # noqa: E731
+            "/v1/upload", files={"file": (f"u{i}.txt", b"u")}, params={"session_id": session}, timeout=30
+        )
+        uploads = list(pool.map(upload_once, range(8)))
+        assert api.get("/v1/health").status_code == 200
+        running.result()
+    # One user alone has 3 of the 4 upload slots (one is kept for whoever comes next).
+    assert sorted(u.status_code for u in uploads) == [200] * 3 + [429] * 5
+
+
+def test_a_long_run_keeps_its_connection_alive(settings: Settings) -> None:
+    app = create_app(settings.model_copy(update={"exec_keepalive_seconds": 0.5}))
+    body = TestClient(app, headers=KEY).post("/v1/exec", json={"lang": "bash", "code": "sleep 2; echo done"})
+    assert body.status_code == 200
+    assert body.text.startswith("  ")  # spaces while it ran, then the reply
+    assert json.loads(body.text)["stdout"] == "done\n"
+
+
+# Issue 19, item 5: The reaper survives any one bad entry.
+
+
+def test_a_deep_tree_and_a_stuck_ending_do_not_stop_the_reaper(app: FastAPI, sandbox_root: Path) -> None:
+    client = TestClient(app, headers=KEY)
+    deep = "import os\nfor _ in range(1500):\n    os.mkdir('d'); os.chdir('d')\nopen('leaf.txt', 'w').write('x')"
+    doomed = [run(client, deep)["session_id"], run(client, "print(1)")["session_id"]]
+    stuck = sandbox_root / ".ended-AAAAAAAAAAAAAAAAAAAAA"
+    (stuck / "d").mkdir(parents=True)
+    (stuck / "d" / "f").write_text("x")
+    subprocess.run(["chattr", "+i", str(stuck / "d" / "f")], check=True)  # no removal can finish it
     try:
-        fcntl.ioctl(fd, command, arg)
-        print(what, "done")
-    except OSError as e:
-        print(what, e.errno)
-open("a", "w").write("a")
-a, b = os.open("a", os.O_RDONLY), os.open("b", os.O_WRONLY | os.O_CREAT)
-try:
-    fcntl.ioctl(b, 0x40049409, a)  # FICLONE
-except OSError as e:
-    print("clone", e.errno)
-print(os.path.exists("escape"))
-"""
+        sandboxes = app.state.service.sessions.sandboxes
+        report = reap(sandboxes, idle_timeout=0, clock=lambda: time.time() + 10)
+        assert (report.ended, report.failed) == (2, 0)
+        assert all(client.get(f"/v1/files/{s}").status_code == 404 for s in doomed)
+        later = run(client, "print(2)")["session_id"]
+        assert reap(sandboxes, idle_timeout=0, clock=lambda: time.time() + 10).ended == 1
+        assert client.get(f"/v1/files/{later}").status_code == 404
+    finally:
+        subprocess.run(["chattr", "-i", str(stuck / "d" / "f")], check=True)
 
 
-def test_a_program_makes_no_subvolume_and_a_nested_one_does_not_stop_the_ending(
-    api: httpx.Client, app: FastAPI, sandbox_root: Path
-) -> None:
-    body = exec_(api, BTRFS_IOCTLS)
-    eperm = errno.EPERM
-    expected = [f"create {eperm}", f"rootref {eperm}", f"lookup {eperm}", f"create, upper bits set {eperm}"]
-    assert body["stdout"].splitlines() == [*expected, f"clone {eperm}", "False"]
-    copied = exec_(api, "head -c 100000 /dev/urandom > a; cp --reflink=auto a b && cmp a b && echo same", "bash")
-    assert copied["stdout"] == "same\n"  # what cp falls back to
-    # What a program left before the filter: subvolumes nested in its session, made as the
-    # sandbox's uid, one inside the other, with a snapshot.
-    session = body["session_id"]
-    data = sandbox_root / session / "data"
-    made = as_host_user(
-        f"cd {data} && btrfs -q subvolume create sub && mkdir sub/d && btrfs -q subvolume create sub/d/deeper"
-        " && head -c 1000000 /dev/zero > sub/d/deeper/f && btrfs -q subvolume snapshot sub/d/deeper snap",
-        uid=61000,
+# Issue 19, item 6: The host side of a session.
+
+
+def test_a_closed_data_dir_and_unnameable_files_break_no_later_call(api: httpx.Client) -> None:
+    code = (
+        "import os\nopen(b'bad\\xff.txt', 'wb').write(b'z')\n"
+        "for _ in range(20):\n    os.mkdir('x' * 250); os.chdir('x' * 250)\n"  # 5000 characters: past PATH_MAX
+        "open('deep.txt', 'w').write('d')\n"
+        "os.chdir('/mnt/data'); open('ok.txt', 'w').write('k'); os.chmod('/mnt/data', 0)"
     )
-    assert made.returncode == 0, made.stderr
-    sandboxes = app.state.service.sessions.sandboxes
-    report = reap(sandboxes, idle_timeout=0, clock=lambda: time.time() + 10)
-    assert report.failed == 0 and report.ended >= 1
-    assert not (sandbox_root / session).exists()
-    assert not list(sandbox_root.glob(".ended-*"))  # nothing left for a later pass to stumble on
-    assert api.get(f"/v1/files/{session}").status_code == 404
+    session = exec_(api, code)["session_id"]
+    listing = api.get(f"/v1/files/{session}", params={"detail": "summary"})
+    assert [f["path"] for f in listing.json()] == ["ok.txt"]
+    body = exec_(api, "print(open('ok.txt').read())", session_id=session)
+    assert (body["stdout"], body["stderr"]) == ("k\n", "")
 
 
-# 2. One caller takes every run slot.
+# Issue 19, item 9: Clear errors, never a 500.
+
+
+def test_malformed_requests_are_clear_400s(api: httpx.Client) -> None:
+    session = exec_(api, "import os; os.mkdir('adir')")["session_id"]
+    post = lambda body: api.post("/v1/exec", content=body, headers={"Content-Type": "application/json"})  # noqa: E731
+    in_session = {"session_id": session}
+    cases = {
+        "a name too long": api.post("/v1/upload", files={"file": ("n" * 300 + ".txt", b"x")}),
+        "an upload onto a directory": api.post("/v1/upload", files={"file": ("adir", b"x")}, params=in_session),
+        "NUL in args": api.post("/v1/exec", json={"lang": "bash", "code": "echo", "args": ["a\x00b"]}),
+        "args over 128 KiB": api.post("/v1/exec", json={"lang": "bash", "code": "echo", "args": ["a" * 140_000]}),
+        "a lone surrogate in code": post(b'{"lang": "py", "code": "\\ud800"}'),
+        "a lone surrogate in lang": post(b'{"lang": "p\\udc80y", "code": "1"}'),
+        "a lone surrogate in an id": post(b'{"lang": "py", "code": "1", "files": [{"id": "\\ud800"}]}'),
+        "1001 input refs": api.post("/v1/exec", json={"lang": "py", "code": "1", "files": [{"id": "x"}] * 1001}),
+    }  # fmt: skip
+    assert {what: reply.status_code for what, reply in cases.items()} == dict.fromkeys(cases, 400)
+    assert all(reply.json()["error"] == "Bad request" for reply in cases.values())
+    assert "too long" in cases["a name too long"].json()["details"]
+
+
+def test_odd_inputs_are_answered_plainly(api: httpx.Client) -> None:
+    session = exec_(api, "import os; os.mkdir('adir')")["session_id"]
+    elsewhere = api.post("/v1/upload", files={"file": ("x.txt", b"x")}).json()["session_id"]
+    ref = {"id": "x.txt", "name": "adir", "session_id": elsewhere}
+    onto_dir = exec_(api, "print(1)", session_id=session, files=[ref])
+    assert 'File "adir" was not copied: a directory has that name.' in onto_dir["stderr"]
+    java = exec_(api, f"public class {'C' * 300} {{ public static void main(String[] a) {{}} }}", "java")
+    assert "should be declared in a file named" in java["stderr"]
+    missing = [{"id": f"gone{i}.csv", "session_id": "AAAAAAAAAAAAAAAAAAAAA"} for i in range(1000)]
+    body = exec_(api, "print('ran')", files=missing)
+    assert body["stdout"] == "ran\n" and len(body["stderr"].splitlines()) == 21  # 20 notes and a count
+    lines = exec_(api, "for n in ['a\\nb.txt', 'c\\rd.txt']: open(n, 'w').write(n)")
+    for f in lines["files"]:
+        got = api.get(f"/v1/download/{lines['session_id']}/{f['id']}")
+        assert (got.status_code, got.text) == (200, f["name"])
+
+
+def test_a_download_racing_a_rewrite_is_one_whole_version(api: httpx.Client) -> None:
+    size = 4 << 20
+    session = exec_(api, f"open('f.txt', 'w').write('a' * {size})")["session_id"]
+    rewrite = f"for i in range(60):\n    open('f.txt', 'w').write('ab'[i % 2] * {size})"
+    with ThreadPoolExecutor(1) as pool:
+        rewriting = pool.submit(exec_, api, rewrite, session_id=session)
+        bodies = [api.get(f"/v1/download/{session}/f.txt") for _ in range(15)]
+        rewriting.result()
+    for got in bodies:
+        assert len(got.content) == int(got.headers["content-length"])
+        assert len(set(got.content)) <= 1  # never half one version, half another
+
+
+def test_an_upload_walks_no_session(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = run(client, "for i in range(2000):\n    open(f'f{i}.txt', 'w')")["session_id"]
+    walked: list[str] = []
+    real = local_files.list_beneath
+    monkeypatch.setattr(local_files, "list_beneath", lambda root: walked.append(root) or real(root))
+    parts = [("file", (f"u{i}.txt", b"u")) for i in range(40)]
+    assert client.post("/v1/upload", files=parts, params={"session_id": session}).status_code == 200
+    assert walked == []
+    assert len(names(run(client, "open('z.txt', 'w')", session_id=session))) == 1
+    assert upload(client, "one.txt", b"1", session_id=session)["session_id"] == session
+
+
+# Issue 23, item 2: One caller takes every run slot.
 
 
 @contextlib.contextmanager
@@ -190,7 +299,7 @@ def test_calls_waiting_for_their_session_hold_no_run_slot(settings: Settings) ->
         assert other.status_code == 200 and answered - asked < 1.5
 
 
-# 3. Uploads spooled to the host's /tmp, with no deadline; headers that never finish.
+# Issue 23, item 3: Uploads spooled to the host's /tmp, with no deadline; headers that never finish.
 
 
 def _stalled_upload(base: str, session: str) -> socket.socket:
@@ -294,43 +403,7 @@ def _closed_by_the_service(conn: socket.socket) -> bool:
         return True
 
 
-# 4. A sandbox image or root someone else made.
-
-
-@pytest.fixture
-def sticky_dir() -> Iterator[Path]:
-    """A directory like /var/tmp: anyone may make names in it, nobody may move another's."""
-    made = Path(tempfile.mkdtemp(prefix="codeexec-sticky-", dir="/var/tmp"))
-    made.chmod(0o1777)
-    assert not btrfs.is_btrfs(str(made))  # so the service would make an image there
-    yield made
-    for root in made.iterdir():
-        if root.is_mount():
-            subprocess.run(["umount", "-l", str(root)], check=True)
-    subprocess.run(["rm", "-rf", str(made)], check=True)
-
-
-def test_an_image_or_root_another_user_made_is_refused(api: httpx.Client, settings: Settings, sticky_dir: Path) -> None:
-    def at(name: str) -> FastAPI:
-        root = {"sandbox_root": sticky_dir / name, "sandbox_image_bytes": 1 << 30}  # sparse: no disk taken
-        return create_app(settings.model_copy(update=root))
-
-    planted = as_host_user(f"cd {sticky_dir} && umask 0 && : > first.btrfs && mkdir second && ln -s /var/tmp third")
-    assert planted.returncode == 0, planted.stderr
-    for name, reason in (("first", "image .* belongs to uid 4321"), ("second", "belongs to uid 4321"),
-                         ("third", "not a directory")):  # fmt: skip
-        with pytest.raises(RuntimeError, match=f"{reason}.*refusing it"):
-            at(name)
-    # One the service makes itself is closed from its first moment.
-    mine = at("mine")
-    secret = exec_(TestClient(mine, headers=KEY), "open('secret.txt', 'w').write('secret')")["session_id"]
-    image = sticky_dir / "mine.btrfs"
-    assert (image.stat().st_uid, image.stat().st_mode & 0o777) == (0, 0o600)
-    peek = as_host_user(f"grep -c secret {image}; ls {sticky_dir}/mine/{secret}")
-    assert peek.stdout.strip() == "" and peek.stderr.count("Permission denied") == 2
-
-
-# 5. No-copy-on-write files and directories.
+# Issue 23, item 5: No-copy-on-write files and directories.
 
 
 def test_a_file_that_cannot_be_cloned_is_still_served_and_copied(api: httpx.Client, sandbox_root: Path) -> None:
@@ -353,7 +426,7 @@ def test_a_file_that_cannot_be_cloned_is_still_served_and_copied(api: httpx.Clie
     assert (copied["session_id"], copied["stdout"], copied["stderr"]) == (other, "6000 uploaded\n", "")
 
 
-# 6. A bearer token without `sub`.
+# Issue 23, item 6: A bearer token without `sub`.
 
 
 def test_a_token_without_sub_is_not_the_organizations_server(settings: Settings, tmp_path: Path) -> None:
@@ -379,30 +452,15 @@ def test_a_token_without_sub_is_not_the_organizations_server(settings: Settings,
     still_serves(TestClient(app, headers={"Authorization": f"Bearer {librechat_token(issuer)}"}))
 
 
-# 7. inotify on the shared read-only /usr.
-
-
-def test_no_program_watches_the_files_of_others(api: httpx.Client) -> None:
-    code = (
-        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        "for name, call in (('inotify_init1', lambda: libc.inotify_init1(0)), ('inotify_init', libc.inotify_init),"
-        " ('fanotify_init', lambda: libc.fanotify_init(0, 0))):\n"
-        "    print(name, call(), ctypes.get_errno())"
-    )
-    lines = exec_(api, code)["stdout"].splitlines()
-    assert lines == [f"{name} -1 {errno.ENOSYS}" for name in ("inotify_init1", "inotify_init", "fanotify_init")]
-    watched = exec_(api, "require('fs').watch('/usr/lib', () => {})", "js")
-    assert "ENOSYS" in watched["stderr"]
-
-
-# 8. Cancel markers for runs that never existed; a key caller that cannot cancel.
+# Issue 23, item 8: Cancel markers for runs that never existed; a key caller that cannot cancel.
 
 
 def test_cancels_are_bounded_and_reach_every_run_they_may(api: httpx.Client, sandbox_root: Path) -> None:
     cancel = "/v1/exec/programmatic/cancel"
     statuses = [api.post(cancel, json={"request_id": f"never-{i}"}).status_code for i in range(1200)]
     markers = len(os.listdir(sandbox_root / ".cancel"))
-    assert markers <= 256 and statuses.count(200) == markers and set(statuses) == {200, 429}
+    # One caller's cancels waiting for runs are capped (32), whatever others wait.
+    assert markers <= 32 and statuses.count(200) == markers and set(statuses) == {200, 429}
     # A run of the organization's server, for the user its body names: the key alone
     # (what the client sends on abort) still stops it, with the marker store full.
     request_id = "5c7a0f2d-8b64-4e1f-8b9f-1d2e3f4a5b6c"
@@ -419,7 +477,7 @@ def test_cancels_are_bounded_and_reach_every_run_they_may(api: httpx.Client, san
     assert len(os.listdir(sandbox_root / ".runs")) == 0  # the run's entry went with it
 
 
-# 9. The idle clock counted from a call's start.
+# Issue 23, item 9: The idle clock counted from a call's start.
 
 
 def test_a_run_longer_than_the_idle_limit_leaves_a_live_session(api: httpx.Client, app: FastAPI) -> None:
