@@ -103,6 +103,7 @@ def _same_image(source: engines.Engine, target: engines.Engine, image: str) -> N
     saved = subprocess.Popen(["docker", "save", image], env=source.env, stdout=subprocess.PIPE)
     loaded = subprocess.run(["docker", "load"], env=target.env, stdin=saved.stdout, capture_output=True, timeout=1800)
     assert saved.wait(timeout=60) == 0 and loaded.returncode == 0, loaded.stderr[-2000:]
+    target.docker("image", "prune", "--force")  # the image it replaced, gigabytes a build
 
 
 def _network() -> None:
