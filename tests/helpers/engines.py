@@ -123,10 +123,11 @@ def remove_containers(engine: Engine) -> None:
 
 
 def remove_data_root(data_root: Path) -> None:
-    # overlay2 leaves mounts under it when its engine died: unmount before removing.
+    # overlay2 leaves mounts under it (and dockerd its own bind of it) when its engine
+    # died: unmount before removing.
     for line in reversed(Path("/proc/self/mounts").read_text().splitlines()):
         point = line.split()[1]
-        if point.startswith(f"{data_root}/"):
+        if point == str(data_root) or point.startswith(f"{data_root}/"):
             subprocess.run(["umount", "--lazy", point], capture_output=True)
     shutil.rmtree(data_root, ignore_errors=True)
 
