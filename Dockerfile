@@ -46,4 +46,6 @@ ENV PATH=/opt/codeexec/bin:$PATH RUNNER_HOST=0.0.0.0 RUNNER_PORT=8080 SANDBOX_RO
     WARM_PYTHON=1 WARM_SANDBOXES=1
 VOLUME /var/lib/codeexec
 EXPOSE 8080
+COPY docker/entrypoint.sh /usr/local/bin/codeexec-entrypoint
+ENTRYPOINT ["codeexec-entrypoint"]
 CMD ["python", "-m", "codeexec.runner"]

@@ -234,12 +234,19 @@ WARM_SUITES := tests/test_security.py tests/test_limits.py tests/test_languages.
 test-warm: install ## the attack and limit suites again, every run warm
 	CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(WARM_SUITES)
 
+# The suites that attack and limit runs again, against a runner in a container with what
+# Swarm gives it and no more (docs/swarm.md), its warm servers on.
+CONTAINER_SUITES := tests/test_security.py tests/test_limits.py
+.PHONY: test-container
+test-container: install sam-local-deps ## the attack and limit suites again, against a runner in a container
+	CODEEXEC_TEST_BACKEND=container CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(CONTAINER_SUITES)
+
 # The fast loop before a commit: lint, types, and every suite that starts no Docker engine
 # (`pytest -m "not docker"`); it installs no Docker. docs/contributing.md says how to run one test.
 check: lint typecheck install $(SAM_VENV)/.installed helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## lint, types and every suite but Docker's
 	$(BIN)/pytest -m "not docker" $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
-test: lint typecheck sam pytest test-runner test-warm ## everything CI runs: lint, types, SAM, every suite, and again through a runner and warm
+test: lint typecheck sam pytest test-runner test-warm test-container ## everything CI runs: lint, types, SAM, every suite, and again through a runner, warm, and in a container
 
 clean: ## remove the venvs, node_modules, tools and caches
 	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(TOOLS) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam

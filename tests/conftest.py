@@ -5,6 +5,10 @@ With CODEEXEC_TEST_BACKEND=runner (`make test-runner`), every app a test builds 
 loopback from the very same settings (root, limits), each with its index, and the app
 switched to SANDBOX_BACKEND=runner with their RUNNER_URLS.
 
+With CODEEXEC_TEST_BACKEND=container (`make test-container`), one runner of those settings
+runs in a container of an engine of the tests' own instead, with no more privilege than
+Swarm can give it (tests/helpers/runner_container.py).
+
 With CODEEXEC_TEST_WARM=1 (`make test-warm`), every `local` app keeps a run made ahead
 from each fork server (the interpreter with the libraries, the bare one), and waits for
 them before the test: every run of the test is forked from a server (one made ahead, or
@@ -34,7 +38,9 @@ from codeexec.sandbox.port import Sandboxes
 from codeexec.settings import Settings
 
 from .fakes.agentcore import RunningFake
-from .serving import fleet_settings, running_fleet, serving
+from .helpers import engines
+from .helpers.runner_container import SECCOMP, runner_container
+from .serving import fleet_settings, runner_settings, running_fleet, serving
 from .serving import free_port as free_port  # tests import it from here
 
 API_KEY = "test-key-0123456789"
@@ -151,6 +157,30 @@ def local_through_a_runner(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             return make_sandboxes(fleet_settings(settings, [url for url, _ in fleet]))
 
         monkeypatch.setattr(app_module, "make_sandboxes", through_a_runner)
+        yield
+
+
+@pytest.fixture(scope="session")
+def runner_engine() -> Iterator[tuple[engines.Engine, str]]:
+    """An engine whose default seccomp profile is the runner's (a Swarm node of runners), and an empty image."""
+    with engines.engine("runners", seccomp=SECCOMP) as engine:
+        yield engine, engines.empty_image(engine)
+
+
+@pytest.fixture(autouse=CODEEXEC_TEST_BACKEND == "container")
+def local_through_a_runner_in_a_container(
+    monkeypatch: pytest.MonkeyPatch, runner_engine: tuple[engines.Engine, str]
+) -> Iterator[None]:
+    """Every `local` app of the test leases from a runner of the same settings, in a container."""
+    with contextlib.ExitStack() as runners:
+
+        def through_a_container(settings: Settings) -> Sandboxes:
+            if settings.sandbox_backend != "local":
+                return make_sandboxes(settings)
+            url = runners.enter_context(runner_container(*runner_engine, settings))
+            return make_sandboxes(runner_settings(settings, url))
+
+        monkeypatch.setattr(app_module, "make_sandboxes", through_a_container)
         yield
 
 

@@ -124,7 +124,9 @@ for pid in os.listdir("/proc"):
     body = run(client, code)
     assert "/proc/1/" not in body["stderr"]
     out = body["stdout"] + body["stderr"]
-    assert "1 b'" in out  # /proc/1/environ was read, and holds nothing of ours
+    # /proc/1/environ was read and holds nothing of ours, or refused: a warm run's init is
+    # not dumpable (issue 32), so its program cannot read it at all.
+    assert "1 b'" in out or "1 [Errno 13] Permission denied" in out
     assert canary not in out and API_KEY not in out
     assert "AWS_" not in out
 

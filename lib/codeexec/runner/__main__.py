@@ -17,11 +17,13 @@ from .. import serving
 from ..settings import Settings
 from .app import create_runner_app
 from .build import build_runner
+from .container import prepare
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = Settings()
+    prepare()  # in a container: what its engine masked or made read-only, before any sandbox
     runner = build_runner(settings)
     if runner.key is None:
         # Fail closed: every call but /health answers 401 until a key is configured.

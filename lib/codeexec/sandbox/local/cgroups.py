@@ -5,7 +5,10 @@ own cgroup hands the controller to its children (its cgroup.subtree_control list
 else the controller's v1 hierarchy; else nothing, and rlimits stand in (see limits.py).
 Either way the service must be able to write there (root, or a delegated subtree).
 A run's cgroups are made under the service's own, so whatever limits the service keeps
-limiting its runs too.
+limiting its runs too. A mount may show a part of its hierarchy only (a container's own
+cgroup, with the host's cgroup namespace): the service's cgroup is found through the
+mount's root. In a cgroup namespace of its own, the runner hands v2's controllers down
+itself (delegate()).
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import owners
+from . import mountinfo, owners
 
 CONTROLLERS = ("memory", "pids")
 _PREFIX = "codeexec-"  # then its maker's tag (owners.py) and a random part
+# The runner's own cgroup when it handed v2's controllers down (delegate()): runs' cgroups
+# are made beside it, in its parent.
+LEAF = "codeexec-runner"  # never taken for a dead maker's (sweep(): no tag in it)
 
 log = logging.getLogger("codeexec")
 
@@ -40,22 +46,56 @@ class Parent:
 @functools.cache
 def detect() -> Mapping[str, Parent]:
     """The controllers this host enforces for us, each with its parent cgroup."""
-    own = _own_cgroups()
+    own = own_cgroups()
     v1_mounts: dict[str, Path] = {}
     v2_parent = None
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        _, mount, fstype, options, *_ = line.split()
-        if fstype == "cgroup2" and "" in own:
-            v2_parent = Path(mount) / own[""]
-        elif fstype == "cgroup":
-            v1_mounts |= {c: Path(mount) for c in options.split(",") if c in CONTROLLERS}
+    for mount in mountinfo.mounts():
+        if mount.fstype == "cgroup2" and (path := _mounted(mount, own.get(""))) is not None:
+            v2_parent = path.parent if path.name == LEAF else path
+        elif mount.fstype == "cgroup":
+            for c in mount.super_options & set(CONTROLLERS):
+                if (path := _mounted(mount, own.get(c))) is not None:
+                    v1_mounts[c] = path
     found = {}
     for controller in CONTROLLERS:
         if v2_parent is not None and controller in _delegated(v2_parent):
             found[controller] = Parent(v2_parent, v2=True)
-        elif controller in v1_mounts and controller in own:
-            found[controller] = Parent(v1_mounts[controller] / own[controller], v2=False)
+        elif controller in v1_mounts:
+            found[controller] = Parent(v1_mounts[controller], v2=False)
     return {c: p for c, p in found.items() if os.access(p.path, os.W_OK)}
+
+
+def delegate() -> None:
+    """cgroup v2 hands controllers to child cgroups only from a cgroup with no process in it.
+    At the root of a cgroup namespace of its own (a container's, which the engine made with
+    memory and pids on offer but handed to no child), the runner moves into a leaf, hands
+    them down, and runs' cgroups are made beside the leaf."""
+    if own_cgroups().get("") != "":
+        return  # a host's cgroup is its manager's (systemd's Delegate=) to hand down
+    path = next((p for m in mountinfo.mounts() if m.fstype == "cgroup2" and (p := _mounted(m, "")) is not None), None)
+    if path is None or not os.access(path, os.W_OK):
+        return
+    offered = set((path / "cgroup.controllers").read_text().split()) & set(CONTROLLERS)
+    if not offered - _delegated(path):
+        return
+    (path / LEAF).mkdir(exist_ok=True)
+    for pid in (path / "cgroup.procs").read_text().split():
+        with contextlib.suppress(ProcessLookupError):
+            (path / LEAF / "cgroup.procs").write_text(pid)
+    (path / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in sorted(offered)))
+    detect.cache_clear()
+    log.info("cgroup v2: the runner moved into %s and hands %s down to runs", path / LEAF, ", ".join(sorted(offered)))
+
+
+def under(root: str, own: str) -> str | None:
+    """`own` (a cgroup path, relative) inside a mount of the cgroup `root`, or None."""
+    path = Path("/", own)
+    return str(path.relative_to(root)) if path.is_relative_to(root) else None
+
+
+def _mounted(mount: mountinfo.Mount, own: str | None) -> Path | None:
+    inside = None if own is None else under(mount.root, own)
+    return None if inside is None else Path(mount.point, inside)
 
 
 def _delegated(path: Path) -> set[str]:
@@ -65,7 +105,7 @@ def _delegated(path: Path) -> set[str]:
         return set()
 
 
-def _own_cgroups() -> dict[str, str]:
+def own_cgroups() -> dict[str, str]:
     """controller -> this process's cgroup path, relative; "" is the v2 hierarchy."""
     own = {}
     for line in Path("/proc/self/cgroup").read_text().splitlines():
