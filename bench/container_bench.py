@@ -43,7 +43,8 @@ BOMB = "x = bytearray(4 << 30)\nprint('allocated 4 GiB')"
 def service(runner_url: str, key: str) -> Iterator[str]:
     port = _free_port()
     env = {"PORT": str(port), "HOST": "127.0.0.1", "CODE_EXEC_API_KEY": key, "SANDBOX_BACKEND": "runner",
-           "RUNNER_URL": runner_url, "RUNNER_KEY": RUNNER_KEY, "WARM_PYTHON": "0", "WARM_SANDBOXES": "0"}  # fmt: skip
+           "RUNNER_URL": runner_url, "RUNNER_KEY": RUNNER_KEY, "WARM_PYTHON": "0", "WARM_SANDBOXES": "0",
+           "WARM_SCIENTIFIC": "0"}  # fmt: skip
     with process([sys.executable, "-m", "codeexec.server"], env, f"http://127.0.0.1:{port}"):
         yield f"http://127.0.0.1:{port}/v1"
 
@@ -52,7 +53,8 @@ def service(runner_url: str, key: str) -> Iterator[str]:
 def host_runner(settings: Settings) -> Iterator[str]:
     port = _free_port()
     env = {"SANDBOX_ROOT": str(settings.sandbox_root), "RUNNER_KEY": RUNNER_KEY, "RUNNER_HOST": "127.0.0.1",
-           "RUNNER_PORT": str(port), "WARM_PYTHON": "1", "WARM_SANDBOXES": "1"}  # fmt: skip
+           "RUNNER_PORT": str(port), "WARM_PYTHON": "1", "WARM_SANDBOXES": "1",
+           "WARM_SCIENTIFIC": "0"}  # fmt: skip
     with process([sys.executable, "-m", "codeexec.runner"], env, f"http://127.0.0.1:{port}"):
         yield f"http://127.0.0.1:{port}"
 
