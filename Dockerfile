@@ -43,7 +43,7 @@ RUN python3 -m venv /opt/codeexec \
 # The runner listens on the MicroVM endpoint's default port; its sessions live in a volume.
 # One run made ahead of each kind: a MicroVM serves one session, one run at a time.
 ENV PATH=/opt/codeexec/bin:$PATH RUNNER_HOST=0.0.0.0 RUNNER_PORT=8080 SANDBOX_ROOT=/var/lib/codeexec \
-    WARM_PYTHON=1 WARM_SANDBOXES=1
+    WARM_PYTHON=1 WARM_SANDBOXES=1 WARM_SCIENTIFIC=1
 VOLUME /var/lib/codeexec
 EXPOSE 8080
 COPY docker/entrypoint.sh /usr/local/bin/codeexec-entrypoint
