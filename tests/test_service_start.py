@@ -26,7 +26,8 @@ def test_the_service_answers_503_until_its_runner_answers_then_serves(settings: 
 
     health = client.get("/health")
     assert health.status_code == 503
-    assert "does not answer yet" in health.json()["details"]
+    assert health.json()["details"] == "no sandbox runner answers yet"
+    assert health.json()["runners"] == [{"index": 0, "up": False}]
     assert health.headers["retry-after"] == "2"
     ran = client.post("/v1/exec", json={"lang": "py", "code": "print(1)"})
     assert ran.status_code == 503 and ran.json()["retry_after_seconds"] == 2

@@ -100,10 +100,12 @@ def _same_image(source: engines.Engine, target: engines.Engine, image: str) -> N
     wanted = source.docker("image", "inspect", "--format", "{{.Id}}", image)
     if target.docker("image", "inspect", "--format", "{{.Id}}", image, check=False) == wanted:
         return
+    # A node holds this image alone: whatever an earlier run left (images, build layers) goes
+    # first, or the gigabytes of each changed image pile up on the machine's disk.
+    target.docker("system", "prune", "--all", "--force")
     saved = subprocess.Popen(["docker", "save", image], env=source.env, stdout=subprocess.PIPE)
     loaded = subprocess.run(["docker", "load"], env=target.env, stdin=saved.stdout, capture_output=True, timeout=1800)
     assert saved.wait(timeout=60) == 0 and loaded.returncode == 0, loaded.stderr[-2000:]
-    target.docker("image", "prune", "--force")  # the image it replaced, gigabytes a build
 
 
 def _network() -> None:

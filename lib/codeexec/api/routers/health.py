@@ -16,6 +16,10 @@ HEALTH_PATH = "/health"
 # Where the reference server answers it, under the clients' base URL.
 V1_HEALTH_PATH = "/v1/health"
 
+# How soon a caller (a load balancer, Compose's health check) should ask again when the
+# backend cannot serve: runners are asked every second.
+RETRY_AFTER_SECONDS = 2
+
 router = APIRouter()
 
 
@@ -35,4 +39,6 @@ async def health(service: ServiceDep) -> JSONResponse:
         "languages": sorted(sandboxes.languages) if serving else [],
         "runs_at_once": service.admission.runs,
     }
-    return JSONResponse(answer, status_code=200 if serving else 503)
+    if serving:
+        return JSONResponse(answer)
+    return JSONResponse(answer, status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})

@@ -22,9 +22,11 @@ and the program's own command line, never the host paths and settings it was sta
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
 import os
+import platform
 import selectors
 import shutil
 import signal
@@ -229,6 +231,31 @@ def _nice_argv(nice: int) -> list[str]:
 # ignored and blocked): coreutils' env sets every disposition to its default and unblocks
 # every signal, then execs the rest.
 DEFAULT_SIGNALS = ["/usr/bin/env", "--default-signal"]
+
+# Signals 32 and 33 are the C library's own (thread cancellation, set*id across threads):
+# neither env nor Python may touch them, yet a parent can leave them ignored (GNU make
+# does, for every command it runs) and an exec keeps that. Only the kernel's call resets
+# them; a handler the C library installed is left alone.
+_LIBC_SIGNALS = (32, 33)
+_RT_SIGACTION = {"x86_64": 13, "aarch64": 134}
+
+
+class _KernelSigaction(ctypes.Structure):
+    _fields_ = [("handler", ctypes.c_void_p), ("flags", ctypes.c_ulong), ("restorer", ctypes.c_void_p),
+                ("mask", ctypes.c_ulong)]  # fmt: skip
+
+
+def reset_libc_signals() -> None:
+    """Signals 32 and 33 back to their default where this process inherited them ignored,
+    so that no run inherits them so (every run is this process's descendant)."""
+    call = _RT_SIGACTION.get(platform.machine())
+    if call is None:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for number in _LIBC_SIGNALS:
+        old = _KernelSigaction()
+        if libc.syscall(call, number, None, ctypes.byref(old), 8) == 0 and old.handler == signal.SIG_IGN.value:
+            libc.syscall(call, number, ctypes.byref(_KernelSigaction()), None, 8)
 
 
 @dataclass

@@ -169,7 +169,10 @@ class RunnerFleet(Sandboxes):
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         runners = [{"index": r.index, "up": r.up} for r in self.runners]
-        return any(r.up for r in self.runners), {"runners": runners}
+        if any(r.up for r in self.runners):
+            return True, {"runners": runners}
+        since = "yet" if not any(r.told for r in self.runners) else "now"
+        return False, {"runners": runners, "details": f"no sandbox runner answers {since}"}
 
     # -- where a session is ---------------------------------------------------------------
 
