@@ -54,7 +54,7 @@ def test_runs_get_cgroups_of_their_own_inside_the_container(runner: tuple[str, S
         assert "exceeded its memory limit" in bomb["stderr"] and "allocated" not in bomb["stdout"], bomb
         forks = run(client, "import os\nwhile True:\n    os.fork()")
         assert "process" in forks["stderr"].lower(), forks
-        # Forked from the preloaded server: pandas is imported already.
-        preloaded = run(client, "import sys\nprint('pandas' in sys.modules)")
+        # Forked from the preloaded server: pandas is imported before the program imports it.
+        preloaded = run(client, "import sys\nbefore = 'pandas' in sys.modules\nimport pandas\nprint(before)")
         assert preloaded["stdout"] == "True\n", preloaded
         assert httpx.get(f"{url}/health", timeout=5).status_code == 200
