@@ -28,3 +28,12 @@ def names(body: dict) -> list[str]:
 def file_id(session_id: str, path: str) -> str:
     """The id the service gives a file: derived from its session and its path."""
     return ids.file_id(session_id, path)
+
+
+def session_on_runner(client: TestClient, runner: int, data: bytes) -> str:
+    """A new session of the caller's (an upload of a.txt) that a fleet placed on `runner`."""
+    for _ in range(60):
+        session = upload(client, "a.txt", data)["session_id"]
+        if ids.runner_of(session) == runner:
+            return session
+    raise AssertionError(f"no new session landed on runner {runner}")

@@ -29,7 +29,7 @@ from codeexec.runner.build import build_runner
 from codeexec.sandbox.runner import FleetConfig, RunnerFleet
 from codeexec.settings import Settings
 
-from .calls import run, upload
+from .calls import run, session_on_runner, upload
 from .conftest import API_KEY
 from .serving import RUNNER_KEY, fleet_settings, free_port, serving
 
@@ -106,13 +106,6 @@ def client(settings: Settings, fleet: Fleet) -> TestClient:
     return TestClient(replica(settings, fleet), headers=CALLER)
 
 
-def on_runner(client: TestClient, index: int) -> str:
-    """A new session of the caller's that lands on runner `index`."""
-    for _ in range(60):
-        session = upload(client, "a.txt", b"a")["session_id"]
-        if ids.runner_of(session) == index:
-            return session
-    raise AssertionError(f"no new session landed on runner {index}")
 
 
 def test_an_id_names_its_runner_and_keeps_120_random_bits() -> None:
@@ -133,7 +126,7 @@ def test_new_sessions_spread_over_the_runners(client: TestClient) -> None:
 
 
 def test_every_call_goes_to_the_runner_its_id_names(client: TestClient, fleet: Fleet) -> None:
-    session = on_runner(client, 1)
+    session = session_on_runner(client, 1, b"a")
     before = fleet.requests()
     listed = client.get(f"/v1/files/{session}", params={"detail": "summary"}).json()
     assert listed[0]["name"] == f"{session}/{ids.file_id(session, 'a.txt')}"
@@ -153,9 +146,9 @@ def test_an_id_that_names_no_runner_is_a_404_asking_nobody(client: TestClient, f
 
 
 def test_inputs_from_other_runners_ride_in_the_run_one_request_per_runner(client: TestClient, fleet: Fleet) -> None:
-    here, there, also_there = on_runner(client, 0), on_runner(client, 2), None
+    here, there, also_there = session_on_runner(client, 0, b"a"), session_on_runner(client, 2, b"a"), None
     while also_there is None or also_there == there:
-        also_there = on_runner(client, 2)
+        also_there = session_on_runner(client, 2, b"a")
     upload(client, "b.txt", b"from there", session_id=there)
     upload(client, "c.txt", b"and again", session_id=also_there)
     files = [{"id": "b.txt", "name": "b.txt", "session_id": there}, {"id": "c.txt", "name": "c.txt",
@@ -228,7 +221,7 @@ def test_a_programmatic_round_continues_on_another_replica_and_a_cancel_reaches_
 def test_a_runner_that_stops_is_a_quick_503_and_comes_back_with_its_files(
     settings: Settings, fleet: Fleet, client: TestClient
 ) -> None:
-    gone, kept = on_runner(client, 1), on_runner(client, 2)
+    gone, kept = session_on_runner(client, 1, b"a"), session_on_runner(client, 2, b"a")
     fleet.stop(1)
     started = time.monotonic()
     answer = client.get(f"/v1/files/{gone}")

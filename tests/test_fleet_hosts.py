@@ -28,7 +28,7 @@ from codeexec.sandbox.local import btrfs
 from codeexec.sandbox.local.storage import Storage
 from codeexec.settings import Settings
 
-from .calls import run, upload
+from .calls import run, session_on_runner, upload
 from .conftest import API_KEY
 from .hosts import Host, available, hosts
 from .serving import RUNNER_KEY, fleet_settings
@@ -125,12 +125,6 @@ def replicas(settings: Settings, runners: list[HostRunner]) -> Iterator[list[Tes
             runner.start()
 
 
-def on_runner(client: TestClient, index: int) -> str:
-    for _ in range(60):
-        session = upload(client, "a.txt", b"kept")["session_id"]
-        if ids.runner_of(session) == index:
-            return session
-    raise AssertionError(f"no new session landed on runner {index}")
 
 
 def timed_503(client: TestClient, session: str) -> float:
@@ -163,7 +157,7 @@ def test_a_runner_that_fails_is_a_503_in_time_and_the_others_see_nothing(
     replicas: list[TestClient], runners: list[HostRunner], fault: str
 ) -> None:
     client, other_replica = replicas
-    failing, kept = on_runner(client, 1), on_runner(client, 2)
+    failing, kept = session_on_runner(client, 1, b"kept"), session_on_runner(client, 2, b"kept")
     runner = runners[1]
     {"killed": runner.kill, "frozen": lambda: runner.signal(signal.SIGSTOP), "cut off": runner.host.cut}[fault]()
 
@@ -184,7 +178,7 @@ def test_each_runner_reaps_its_own_and_the_service_lists_no_fleet(
     replicas: list[TestClient], runners: list[HostRunner]
 ) -> None:
     client = replicas[0]
-    sessions = [on_runner(client, index) for index in range(3)]
+    sessions = [session_on_runner(client, index, b"kept") for index in range(3)]
     service = client.app.state.service.sessions.sandboxes  # type: ignore[attr-defined]
     assert list(service.leases()) == [] and reap(service, IDLE_SECONDS).ended == 0
     time.sleep(IDLE_SECONDS + 4)  # past the idle limit and a reaper pass: one look, since a look touches
