@@ -11,7 +11,7 @@ on disk and to install, and what each preloaded library costs to import in a run
   of deps/apt.txt needs), and the lock's (on disk under /opt/sandbox, and installed again
   from the lock into a scratch directory with an empty cache); and what the groups left out
   (a TeX set) would add, as apt reckons it;
-- imports: each library of zygote.PRELOADED imported in a cold sandboxed run through the
+- imports: each library of warm.KINDS['py'].preload imported in a cold sandboxed run through the
   service, each in a run of its own (pandas's time includes numpy's), the median of several.
 """
 
@@ -31,8 +31,8 @@ from pydantic import SecretStr
 from roots import sandbox_root
 
 from codeexec.api.app import create_app
-from codeexec.sandbox.local import zygote
-from codeexec.sandbox.local.toolchains import ENVIRONMENT
+from codeexec.sandbox.local import warm
+from codeexec.sandbox.local.layout import ENVIRONMENT
 from codeexec.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,7 +210,7 @@ def import_table(runs: int) -> None:
             sandbox_root=root, code_exec_api_key=SecretStr("k"), warm_python=0, warm_sandboxes=0, warm_scientific=0
         )
         client = TestClient(create_app(settings), headers={"X-API-Key": "k"})
-        for name in zygote.PRELOADED:
+        for name in warm.KINDS["py"].preload:
             found = []
             for _ in range(runs):
                 body = client.post("/v1/exec", json={"lang": "py", "code": PROBE, "args": [name]}).json()

@@ -39,7 +39,7 @@ import httpx
 from roots import sandbox_root
 
 from bench import THROUGHPUT_SLOTS, TIMEOUT, machine, pct, service, throughput
-from codeexec.sandbox.local.toolchains import ENVIRONMENT, HOST_SITE_PACKAGES, PYTHON_LIBS
+from codeexec.sandbox.local.layout import ENVIRONMENT, HOST_SITE_PACKAGES, PYTHON_LIBS
 
 PROGRAMS = {
     "print(1)": ("py", "print(1)", "1\n"),

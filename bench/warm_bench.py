@@ -1,11 +1,11 @@
 """`make bench`, the warm servers' families: what importing each library family costs on
-top of the interpreter the fork server preloads today (zygote.PRELOADED), in time and in
+top of the interpreter the first fork server preloads (warm.KINDS["py"]), in time and in
 memory (the server once, and each run made ahead), and the fork and exit times of a run
 forked from a server that has it loaded (its heap in huge pages, frozen, as zygote.py
-leaves it). The figures that chose zygote.SCIENTIFIC (docs/performance.md).
+leaves it). The figures that chose the scientific server's (docs/performance.md).
 
 Each side is a new /usr/bin/python3 with the environment's libraries, as a server's: the
-base (zygote.preload), then the family imported, then `--forks` runs forked and ended.
+base (zygote.preload of the first server's modules), then the family imported, then `--forks` runs forked and ended.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from codeexec.sandbox.local import zygote
-from codeexec.sandbox.local.toolchains import PYTHON_LIBS
+from codeexec.sandbox.local import warm, zygote
+from codeexec.sandbox.local.layout import PYTHON_LIBS
 
 FAMILIES = {
     "scipy.stats": ["scipy.stats"],
@@ -34,8 +34,8 @@ PROBE = r"""
 import gc, importlib, json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 import zygote
-forks, modules = int(sys.argv[2]), sys.argv[3:]
-start = time.perf_counter(); zygote.preload(); base = time.perf_counter() - start
+forks, base_modules, modules = int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4:]
+start = time.perf_counter(); zygote.preload(base_modules, ["draw"]); base = time.perf_counter() - start
 start = time.perf_counter()
 for name in modules:
     importlib.import_module(name)
@@ -82,7 +82,8 @@ print(json.dumps({"base": base, "imported": imported, "modules": len(sys.modules
 
 def probe(modules: list[str], forks: int) -> dict[str, object]:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_LIBS, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
-    argv = ["/usr/bin/python3", "-s", "-c", PROBE, str(Path(zygote.__file__).parent), str(forks), *modules]
+    base = json.dumps(warm.KINDS["py"].preload)
+    argv = ["/usr/bin/python3", "-s", "-c", PROBE, str(Path(zygote.__file__).parent), str(forks), base, *modules]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=True)
     return json.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
 

@@ -32,7 +32,7 @@ from pydantic import SecretStr
 from codeexec.api import app as app_module
 from codeexec.api.app import create_app
 from codeexec.sandbox import make_sandboxes
-from codeexec.sandbox.local import btrfs, warm
+from codeexec.sandbox.local import LocalSandboxes, btrfs
 from codeexec.sandbox.local.storage import Storage
 from codeexec.sandbox.port import Sandboxes
 from codeexec.settings import Settings
@@ -111,21 +111,21 @@ def settings(sandbox_root: Path) -> Settings:
 
 @pytest.fixture(autouse=bool(WARM_PYTHON))
 def warm_pools(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Each app's warm interpreters ready before the test, and gone after it."""
-    made: list[warm.Pool] = []
+    """Each app's warm interpreters ready before the test (runs never wait for them, so a
+    test could not tell which it got), and closed by their backend after it."""
+    made: list[Sandboxes] = []
 
     def ready(settings: Settings) -> Sandboxes:
         sandboxes = make_sandboxes(settings)
-        pools = [pool for pool in getattr(sandboxes, "warm", {}).values() if pool]
-        for pool in pools:
-            made.append(pool)
-            pool.wait_ready()
+        made.append(sandboxes)
+        if isinstance(sandboxes, LocalSandboxes):
+            sandboxes.launcher.warm.wait_ready()
         return sandboxes
 
     monkeypatch.setattr(app_module, "make_sandboxes", ready)
     yield
-    for pool in made:
-        pool.close()
+    for sandboxes in made:
+        sandboxes.close()
 
 
 @pytest.fixture

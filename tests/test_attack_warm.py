@@ -98,7 +98,7 @@ def client(app: FastAPI) -> TestClient:
 
 
 def pools(app: FastAPI) -> dict[str, warm.Pool]:
-    return app.state.service.sessions.sandboxes.warm  # type: ignore[no-any-return]
+    return app.state.service.sessions.sandboxes.launcher.warm.pools  # type: ignore[no-any-return]
 
 
 def wait_warm(app: FastAPI) -> None:
@@ -122,13 +122,13 @@ def test_a_program_cannot_take_its_inits_socket_nor_outlive_its_limit(
     app: FastAPI, client: TestClient, sandbox_root: Path, reachable: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     used: list[cgroups.RunCgroup] = []  # the cgroups of every warm run taken, to see them go
-    take = warm.Slot.run
+    take = warm.ReadyRun.run
 
-    def recorded(slot: warm.Slot, *args: Any, **kwargs: Any) -> Any:
-        used.append(slot.cgroup)
-        return take(slot, *args, **kwargs)
+    def recorded(ready: warm.ReadyRun, *args: Any, **kwargs: Any) -> Any:
+        used.append(ready.cgroup)
+        return take(ready, *args, **kwargs)
 
-    monkeypatch.setattr(warm.Slot, "run", recorded)
+    monkeypatch.setattr(warm.ReadyRun, "run", recorded)
     wait_warm(app)
     run(client, "print(1)")  # the service's lazily opened descriptors, opened before the count
     wait_warm(app)

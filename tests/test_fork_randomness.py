@@ -50,7 +50,7 @@ def app(settings: Settings, warm_pools: None) -> FastAPI:
 
 def test_two_warm_runs_draw_different_numbers(app: FastAPI) -> None:
     client = TestClient(app, headers={"X-API-Key": API_KEY})
-    pools: dict[str, warm.Pool] = app.state.service.sessions.sandboxes.warm
+    pools: dict[str, warm.Pool] = app.state.service.sessions.sandboxes.launcher.warm.pools
     draws = []
     for _ in range(2):
         assert pools["py"].wait_ready()

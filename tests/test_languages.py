@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
 from codeexec.languages import LANGUAGES
-from codeexec.sandbox.local import bwrap
+from codeexec.sandbox.local import collect
 from codeexec.sandbox.local.toolchains import TOOLCHAINS
 from codeexec.settings import Settings
 
@@ -151,13 +151,13 @@ def test_slow_toolchains_get_their_own_time_limit(
     client: TestClient, monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> None:
     seen: list[float] = []
-    real_finish = bwrap.finish  # what every run ends in, cold or warm
+    real_finish = collect.finish  # what every run ends in, cold or warm
 
     def recording_finish(started: object, cgroup: object, timeout: float, *rest: object):
         seen.append(timeout)
         return real_finish(started, cgroup, timeout, *rest)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(bwrap, "finish", recording_finish)
+    monkeypatch.setattr(collect, "finish", recording_finish)
     run(client, "true", "bash")
     run(client, "fn main() {}", "rs")
     assert TOOLCHAINS["rs"].min_timeout > settings.run_timeout_seconds

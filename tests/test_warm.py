@@ -25,7 +25,7 @@ from codeexec.settings import Settings
 
 from .conftest import API_KEY
 
-# Where the service could keep none (warm.Pool.start): it hands runs a mount, and needs a memory cgroup.
+# Where the service could keep none (warm._possible): it hands runs a mount, and needs a memory cgroup.
 pytestmark = [
     pytest.mark.root,
     pytest.mark.cgroups,
@@ -56,7 +56,7 @@ def run(client: TestClient, code: str, **body: Any) -> dict[str, Any]:
 
 def pools(app: FastAPI) -> dict[str, warm.Pool]:
     """The app's pools that are on (its scientific one is off here: test_warm_scientific.py)."""
-    return {name: pool for name, pool in app.state.service.sessions.sandboxes.warm.items() if pool}
+    return dict(app.state.service.sessions.sandboxes.launcher.warm.pools)
 
 
 def wait_warm(app: FastAPI) -> None:
@@ -113,7 +113,7 @@ def test_a_warm_run_has_its_own_session_and_no_other(app: FastAPI, client: TestC
     )
     again = run(client, WARM + look, session_id=a["session_id"])
     # Its own files at /mnt/data; and of the sessions' filesystem it sees its own data
-    # directory there and nothing else: no slot, no other session, not the top level.
+    # directory there and nothing else: no run directory, no other session, not the top level.
     lines = again["stdout"].splitlines()
     assert lines[:2] == ["warm", "['mine.txt'] /mnt/data"], again
     assert len(lines) == 3 and lines[2].endswith(f"/{a['session_id']}/data"), again
@@ -402,7 +402,7 @@ def test_a_host_that_cannot_fork_runs_runs_every_run_cold(
     assert all(pool is None or pool.taken == 0 for pool in pools(app).values())
 
 
-def test_a_run_the_slot_cannot_take_runs_cold(
+def test_a_run_the_ready_run_cannot_take_runs_cold(
     app: FastAPI, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wait_warm(app)

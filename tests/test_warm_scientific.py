@@ -1,4 +1,4 @@
-"""The scientific fork server (sandbox/local/warm.py, zygote.SCIENTIFIC): a py run naming
+"""The scientific fork server (sandbox/local/warm.py, warm.KINDS["scientific"]): a py run naming
 SciPy, seaborn, scikit-learn, statsmodels or plotly is forked from the interpreter that has
 imported them already; one naming pandas alone from the first server, as before; and
 its forks draw random numbers of their own, as every fork of every server does."""
@@ -58,7 +58,7 @@ def app(settings: Settings, warm_pools: None) -> FastAPI:
 
 
 def pools(app: FastAPI) -> dict[str, warm.Pool]:
-    return app.state.service.sessions.sandboxes.warm  # type: ignore[no-any-return]
+    return app.state.service.sessions.sandboxes.launcher.warm.pools  # type: ignore[no-any-return]
 
 
 def taken(app: FastAPI) -> dict[str, int]:

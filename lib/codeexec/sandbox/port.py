@@ -344,6 +344,11 @@ class Sandboxes(ABC):
         """Whether the backend can serve calls now, and what /health says of it besides."""
         return True, {}
 
+    def close(self) -> None:
+        """Let go of what the backend holds besides its sandboxes (warm servers, connections),
+        as the service stops; a backend that holds nothing has nothing to do."""
+        return None
+
     # -- coarse operations ------------------------------------------------------------------
 
     @abstractmethod

@@ -1,17 +1,18 @@
-"""Running one program under bubblewrap, confined, limited, and with its output bounded.
+"""A cold run: one program in a bubblewrap sandbox of its own (and a fork server's
+sandbox, warm.py, made the same way).
 
 Isolation: fresh user, PID, IPC, UTS, mount, cgroup and network namespaces (no network
-at all, not even loopback: the service's own port is unreachable); the host's toolchains
-read-only (/usr and a short /etc allow-list) and nothing else of the host: no /home,
-/root, /var, no other session; a private /tmp; the session's directory at /mnt/data; an
-environment built from nothing; no capabilities, no_new_privs (bwrap sets it), and a
-seccomp filter (seccomp.py). When the service runs as root, bwrap itself is started as
-an unprivileged host uid (by util-linux `setpriv`), so even a file the sandbox can see
-is checked against that uid, never root's.
+at all, not even loopback: the service's own port is unreachable); what layout.py says a
+run sees: the host's toolchains read-only (/usr and a short /etc allow-list) and nothing
+else of the host: no /home, /root, /var, no other session; private RAM disks; the
+session's directory at /mnt/data; an environment built from nothing; no capabilities,
+no_new_privs (bwrap sets it), and a seccomp filter (seccomp.py). When the service runs
+as root, bwrap itself is started as an unprivileged host uid (by util-linux `setpriv`),
+so even a file the sandbox can see is checked against that uid, never root's.
 
 Limits: rlimits (limits.py), cgroups for memory and processes (cgroups.py), the kernel's
-quota on the session's subvolume (storage.py), and, kept here, the wall clock and the
-output. Everything a run starts dies with it: its PID namespace ends when its first
+quota on the session's subvolume (storage.py), and the wall clock and the output
+(collect.py). Everything a run starts dies with it: its PID namespace ends when its first
 process does.
 
 What a program can learn of its own sandbox is no more than it needs: bwrap takes its
@@ -23,79 +24,22 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import json
 import os
 import platform
-import selectors
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
 
-from ..port import Limit, LimitHit, RunResult
-from . import cgroups, fonts, seccomp
-from .limits import Limits
-from .toolchains import CODE_DIR, ENVIRONMENT, HOST_SITE_PACKAGES, NODE_MODULES, PYTHON_LIBS, PYTHON_SITE, TOOLS
+from ..port import RunResult
+from . import cgroups, collect, layout, seccomp
+from .layout import ARTIFACT_DIR, ENVIRONMENT, NODE_MODULES
+from .limits import Confinement, Limits
+from .toolchains import Launch
 
-ARTIFACT_DIR = "/mnt/data"
-NOBODY = 65534
 SETPRIV = "/usr/bin/setpriv"
-
-# What the runtimes need from /etc, and nothing else of the host's configuration.
-_ETC = (
-    "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "fonts",
-    "java-17-openjdk", "php", "R", "ssl", "mime.types", "nsswitch.conf", "passwd", "group",
-    "matplotlibrc", "ldc2.conf", "libreoffice",
-)
-_ENV = {
-    # `python` and `pip` first (the environment's tools), then the locked set's commands.
-    "PATH": f"{TOOLS}/bin:{PYTHON_LIBS}/bin:/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/tmp",
-    "TMPDIR": "/tmp",
-    "LANG": "C.UTF-8",
-    # Named, so no runtime asks systemd for it (R's does, and says it cannot on stderr).
-    "TZ": "UTC",
-    # matplotlib's defaults: no display (figures are saved, never shown) and fonts for every
-    # script (CJK too). Not MPLBACKEND: a Jupyter kernel a run starts (nbclient) would
-    # inherit it, and draw its plots into nothing instead of into the notebook.
-    "MATPLOTLIBRC": f"{TOOLS}/matplotlibrc",
-    # The service's sitecustomize (toolchains.PYTHON_SITE) puts /mnt/data LAST on the path,
-    # so a session's own modules import (a helper.py an earlier run wrote), and a
-    # json.py or sitecustomize.py among its files shadows nothing. The locked set comes
-    # before the standard library, as any --target install does; none of its top-level
-    # names is a standard module's (tests/test_environment.py).
-    "PYTHONPATH": f"{CODE_DIR}/.site:{PYTHON_LIBS}",
-    "PYTHONNOUSERSITE": "1",  # as `-s`, for a `python` a script starts
-    # LibreOffice draws without a display; plotly's kaleido finds Debian's headless Chromium.
-    "SAL_USE_VCLPLUGIN": "svp",
-    "BROWSER_PATH": "/usr/bin/chromium-headless-shell",
-    "GOCACHE": "/tmp/go-cache",  # go build needs a writable cache, and /tmp is the place
-    "GOPATH": "/tmp/go",
-    # Unbuffered, a Python program stopped at its time limit still shows what it printed.
-    "PYTHONUNBUFFERED": "1",
-    # No __pycache__ among the session's files for every module a run imports from there.
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
-
-
-# Libraries that start a thread per core (BLAS, OpenMP, numexpr, joblib, OpenCV, Go,
-# data.table) see the host's cores, not the run's share: they get the run's CPU count.
-_THREAD_VARS = (
-    "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "NUMEXPR_MAX_THREADS", "LOKY_MAX_CPU_COUNT",
-    "OPENCV_FOR_THREADS_NUM", "GOMAXPROCS", "R_DATATABLE_NUM_THREADS",
-)  # fmt: skip
-
-
-# The sandbox's two writable RAM disks share one size (the memory limit): without a
-# memory cgroup nothing else would bound them, with one their pages count against it.
-_RAM_DISKS = (("/tmp", "0755"), ("/dev/shm", "1777"))
-# How often a run looks whether it was cancelled: a stat of a marker.
-_WATCH_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -107,22 +51,26 @@ class _Control:
     block: int  # ...then waits for a byte here before it starts the program
 
 
-def bwrap_args(
-    data_dir: str | None,
-    program_fds: Mapping[str, int],
-    control: _Control,
-    limits: Limits,
-    caps: Sequence[str] = (),
-) -> list[str]:
-    """bwrap's options, without the program's command line. The program's files are
-    `program_fds` placed in /code. A fork server (forkserver.py) has no session yet (an
-    empty /mnt/data), keeps `caps` inside its user namespace and gets no filter: its runs
-    load it themselves."""
+@dataclass(frozen=True)
+class ServerTerms:
+    """What a fork server's sandbox has that a run's has not (warm.py): no session yet (an
+    empty /mnt/data), `caps` kept inside its user namespace, no filter (its runs load it
+    themselves), descriptors passed to it, and a priority."""
+
+    caps: Sequence[str]
+    pass_fds: Sequence[int] = ()
+    nice: int = 0
+
+
+def bwrap_args(data_dir: str | None, program_fds: Mapping[str, int], control: _Control, limits: Limits,
+               caps: Sequence[str] = ()) -> list[str]:  # fmt: skip
+    """bwrap's options, without the program's command line: the sandbox layout.py
+    describes, over data_dir, with `program_fds` placed read-only (a relative name in /code)."""
     argv = [
         # --disable-userns needs --unshare-user named, even where bwrap would pick it itself.
         "--unshare-all", "--unshare-user", "--disable-userns", "--hostname", "sandbox",
-        # The host's sandbox uid is nobody inside, a user /etc/passwd knows.
-        "--uid", str(NOBODY), "--gid", str(NOBODY),
+        # The host's sandbox uid is nobody inside.
+        "--uid", str(layout.NOBODY), "--gid", str(layout.NOBODY),
         "--die-with-parent", "--new-session",
         "--ro-bind", "/usr", "/usr",
         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
@@ -140,75 +88,35 @@ def bwrap_args(
     ]  # fmt: skip
     if control.seccomp is not None:
         argv += ["--seccomp", str(control.seccomp)]
-    for path, mode in _RAM_DISKS:
+    for path, mode in layout.RAM_DISKS:
         argv += ["--perms", mode, "--size", str(limits.memory_bytes), "--tmpfs", path]
-    for name in _ETC:
+    for name in layout.ETC:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    for path in _host_site_packages():
+    for path in layout.host_site_packages():
         argv += ["--tmpfs", path, "--remount-ro", path]
-    for key, value in {**_ENV, **dict.fromkeys(_THREAD_VARS, str(limits.cpus))}.items():
+    for key, value in layout.environment(limits).items():
         argv += ["--setenv", key, value]
-    for name, fd in program_fds.items():  # a relative name is in /code
-        argv += ["--ro-bind-data", str(fd), name if name.startswith("/") else f"{CODE_DIR}/{name}"]
+    for name, fd in program_fds.items():
+        argv += ["--ro-bind-data", str(fd), layout.path_inside(name)]
     # Last: the root bwrap built the rest on, and /dev, are RAM disks writable until now.
     # Device nodes stay writable on a read-only mount (/dev/null still takes output).
     return [*argv, "--remount-ro", "/dev", "--remount-ro", "/"]
 
 
-@functools.cache
-def _host_site_packages() -> tuple[str, ...]:
-    return tuple(path for path in HOST_SITE_PACKAGES if os.path.isdir(path))
+class ColdRuns:
+    """Runs launched cold: each in a new bubblewrap sandbox, with what every run finds
+    (layout.run_files), in a cgroup of its own."""
 
+    def __init__(self, confinement: Confinement) -> None:
+        self.confinement = confinement
 
-def run(
-    data_dir: str,
-    argv: Sequence[str],
-    program: Mapping[str, bytes],
-    timeout: float,
-    limits: Limits,
-    as_user: tuple[int, int] | None,
-    cgroup_parents: Mapping[str, cgroups.Parent],
-    cancelled: Callable[[], bool] | None = None,
-) -> RunResult:
-    """Run argv in a fresh sandbox over data_dir; `program` maps file names to the
-    contents placed read-only in /code (with the font cache, fonts.py). `cancelled` is asked every 20 ms; once it says
-    yes, the run is stopped."""
-    files = {**program, ".site/sitecustomize.py": PYTHON_SITE, **fonts.files()}
-    with cgroups.run_cgroup(cgroup_parents, limits.memory_bytes, limits.max_processes) as cgroup:
-        command = [*limits.prlimit_argv(cgroup.controllers), *argv]
-        with sandbox(data_dir, command, files, limits, as_user, cgroup) as started:
-            return finish(started, cgroup, timeout, limits, cancelled)
-
-
-class Started(Protocol):
-    """A run under way, as `finish` collects it: a bwrap sandbox (Sandbox) or a run
-    forked from a warm server (warm.py)."""
-
-    @property
-    def streams(self) -> tuple[int, int]:
-        """Where the program's stdout and stderr arrive."""
-
-    def poll(self) -> int | None:
-        """The exit code once the run ended, without waiting."""
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        """The exit code, waiting at most timeout seconds (None: until the run ends)."""
-
-    def kill(self) -> None:
-        """Kill the whole run at once."""
-
-
-def finish(
-    started: Started, cgroup: cgroups.RunCgroup, timeout: float, limits: Limits, cancelled: Callable[[], bool] | None
-) -> RunResult:
-    """Collect a started run to its end, or stop it at its limits."""
-    output = _collect(started, timeout, limits, cancelled or (lambda: False))
-    return RunResult(
-        stdout=output.stdout.decode("utf-8", "replace"),
-        stderr=output.stderr.decode("utf-8", "replace"),
-        exit_code=None if output.stopped else output.exit_code,
-        hits=tuple(_hits(limits, output, cgroup)),
-    )
+    def run(self, data_dir: str, launch: Launch, cancelled: Callable[[], bool] | None) -> RunResult:
+        limits = self.confinement.limits
+        with cgroups.run_cgroup(self.confinement.cgroup_parents, limits.memory_bytes, limits.max_processes) as cgroup:
+            command = [*limits.prlimit_argv(cgroup.controllers), *launch.argv]
+            files = {**launch.files, **layout.run_files()}
+            with sandbox(self.confinement, data_dir, command, files, cgroup) as started:
+                return collect.finish(started, cgroup, launch.timeout, limits, cancelled)
 
 
 def _setpriv_argv(as_user: tuple[int, int] | None) -> list[str]:
@@ -260,7 +168,11 @@ def reset_libc_signals() -> None:
 
 @dataclass
 class Sandbox:
+    """A bubblewrap sandbox under way (a collect.Started)."""
+
     proc: subprocess.Popen[bytes]
+    info: int = field(repr=False)  # bwrap's info pipe, read until it reports the sandbox
+    block: int = field(repr=False)  # bwrap's block pipe: a byte starts the program
     pidfd: int | None = None  # the sandbox's first process, once it exists
     child: int | None = None  # its host pid
 
@@ -290,15 +202,12 @@ class Sandbox:
 
 @contextlib.contextmanager
 def sandbox(
+    confinement: Confinement,
     data_dir: str | None,
     argv: Sequence[str],
-    program: Mapping[str, bytes],
-    limits: Limits,
-    as_user: tuple[int, int] | None,
+    files: Mapping[str, bytes],
     cgroup: cgroups.RunCgroup,
-    nice: int = 0,
-    caps: Sequence[str] = (),
-    pass_fds: Sequence[int] = (),
+    server: ServerTerms | None = None,
 ) -> Iterator[Sandbox]:
     """Start bwrap and put its sandbox into the run's cgroup before the program starts.
 
@@ -306,57 +215,54 @@ def sandbox(
     block fd before it forks or execs anything. Moved into the cgroup at that moment,
     every process of the run is born inside it; a Popen'd process moved after the fact
     could have forked already. Closing the block fd unread would release the sandbox
-    too, so on any failure the sandbox is killed first. (`caps`, `pass_fds`: a fork
-    server's, bwrap_args.)"""
-    proc, info, block = _launch(data_dir, argv, program, limits, as_user, nice, caps, pass_fds)
-    started = Sandbox(proc)
-    with proc:
+    too, so on any failure the sandbox is killed first."""
+    started = Sandbox(*_launch(confinement, data_dir, argv, files, server))
+    with started.proc:
         try:
-            with open(info, "rb") as info_pipe:
+            with open(started.info, "rb") as info_pipe:
                 report = info_pipe.read()
             if report:  # else bwrap failed before making the sandbox, and says why on stderr
                 started.child = json.loads(report)["child-pid"]
                 started.pidfd = os.pidfd_open(started.child)
                 cgroup.add(started.child)
-                os.write(block, b"1")
+                os.write(started.block, b"1")
             yield started
         except BaseException:
             started.kill()
             raise
         finally:
-            os.close(block)
+            os.close(started.block)
             if started.pidfd is not None:
                 os.close(started.pidfd)
 
 
 def _launch(
+    confinement: Confinement,
     data_dir: str | None,
     argv: Sequence[str],
-    program: Mapping[str, bytes],
-    limits: Limits,
-    as_user: tuple[int, int] | None,
-    nice: int,
-    caps: Sequence[str],
-    pass_fds: Sequence[int],
+    files: Mapping[str, bytes],
+    server: ServerTerms | None,
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """Start bwrap; return it, the read end of its info pipe and the write end of its block pipe."""
     # The program and the filter reach bwrap as in-memory files: nothing is written on the host.
-    fds = {name: memfd(name, source) for name, source in program.items()}
+    fds = {name: memfd(name, content) for name, content in files.items()}
     # A fork server runs without the filter, which denies what it does with its caps.
-    seccomp_fd = None if caps else memfd("seccomp", seccomp.bpf())
+    seccomp_fd = None if server else memfd("seccomp", seccomp.bpf())
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
-    options = bwrap_args(data_dir, fds, _Control(seccomp_fd, info_w, block_r), limits, caps)
+    control = _Control(seccomp_fd, info_w, block_r)
+    options = bwrap_args(data_dir, fds, control, confinement.limits, server.caps if server else ())
     args_fd = memfd("args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
     passed = (*fds.values(), *([seccomp_fd] if seccomp_fd is not None else []), info_w, block_r, args_fd)
+    nice = _nice_argv(server.nice if server else 0)
     try:
         bwrap = shutil.which("bwrap") or "bwrap"
         proc = subprocess.Popen(
-            [*DEFAULT_SIGNALS, *_nice_argv(nice), *_setpriv_argv(as_user), bwrap, "--args", str(args_fd), "--", *argv],
+            [*DEFAULT_SIGNALS, *nice, *_setpriv_argv(confinement.as_user), bwrap, "--args", str(args_fd), "--", *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=(*passed, *pass_fds),
+            pass_fds=(*passed, *(server.pass_fds if server else ())),
             env={},
             start_new_session=True,
         )
@@ -375,79 +281,3 @@ def memfd(name: str, data: bytes) -> int:
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
-
-
-@dataclass
-class _Output:
-    stdout: bytes
-    stderr: bytes
-    dropped: tuple[str, ...]  # the streams cut at max_output_bytes
-    stopped: LimitHit | None  # the limit the service stopped the run at, if it did
-    exit_code: int
-
-
-def _collect(started: Started, timeout: float, limits: Limits, cancelled: Callable[[], bool]) -> _Output:
-    """Read both streams to the end and wait for the run, keeping at most max_output_bytes
-    of each, and stop the run at the deadline or when it is cancelled. Output past the
-    cap is read and dropped, so a program printing without end costs the service no
-    memory; one that closes its pipes is still waited for, not on."""
-    kept = {"stdout": bytearray(), "stderr": bytearray()}
-    dropped: set[str] = set()
-    stopped = None
-    next_watch = time.monotonic()
-    deadline = next_watch + timeout
-    with selectors.DefaultSelector() as sel:
-        for fd, name in zip(started.streams, ("stdout", "stderr"), strict=True):
-            sel.register(fd, selectors.EVENT_READ, name)
-        while sel.get_map() or started.poll() is None:
-            now = time.monotonic()
-            if now >= deadline:
-                stopped = LimitHit(Limit.TIME, timeout)
-            elif now >= next_watch:
-                if cancelled():
-                    stopped = LimitHit(Limit.CANCELLED, 0)
-                next_watch = now + _WATCH_SECONDS
-            if stopped:
-                started.kill()
-                break
-            wait = max(min(deadline, next_watch) - time.monotonic(), 0)
-            if sel.get_map():
-                _read(sel, wait, kept, dropped, limits.max_output_bytes)
-            else:
-                started.wait(wait)
-    exit_code = started.wait()
-    assert exit_code is not None
-    return _Output(bytes(kept["stdout"]), bytes(kept["stderr"]), tuple(sorted(dropped)), stopped, exit_code)
-
-
-def _read(
-    sel: selectors.BaseSelector, timeout: float, kept: dict[str, bytearray], dropped: set[str], cap: int
-) -> None:
-    for key, _ in sel.select(timeout):
-        chunk = os.read(key.fd, 1 << 16)
-        if not chunk:
-            sel.unregister(key.fileobj)
-            continue
-        buf = kept[key.data]
-        room = cap - len(buf)
-        if len(chunk) > room:
-            dropped.add(key.data)
-        buf += chunk[: max(room, 0)]
-
-
-def _hits(limits: Limits, output: _Output, cgroup: cgroups.RunCgroup) -> list[LimitHit]:
-    """Each limit the run hit. (A write past the session's disk limit fails in the program
-    itself, with "Disk quota exceeded".)"""
-    hits = [output.stopped] if output.stopped else []
-    # bwrap reports a program killed by a signal as 128 + the signal's number.
-    if output.exit_code == 128 + signal.SIGXCPU:
-        hits.append(LimitHit(Limit.CPU, limits.cpu_seconds))
-    if output.exit_code == 128 + signal.SIGXFSZ:  # Python ignores it: its write fails instead
-        hits.append(LimitHit(Limit.FILE_SIZE, limits.max_file_bytes, stopped=False))
-    if cgroup.oom_killed():
-        hits.append(LimitHit(Limit.MEMORY, limits.memory_bytes))
-    if cgroup.hit_process_limit():
-        hits.append(LimitHit(Limit.PROCESSES, limits.max_processes, stopped=False))
-    for name in output.dropped:
-        hits.append(LimitHit(Limit.OUTPUT, limits.max_output_bytes, stopped=False, stream=name))
-    return hits

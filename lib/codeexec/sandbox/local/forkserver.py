@@ -50,8 +50,8 @@ import resource
 import signal
 import socket
 import struct
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
 CONFIG = "/code/.forkserver.json"
@@ -72,8 +72,6 @@ _OPEN_TREE_CLONE, _AT_FDCWD, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 1, -100,
 _PR_SET_DUMPABLE, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_CAPBSET_READ, _PR_CAPBSET_DROP = 4, 22, 2, 23, 24
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _SIOCSIFFLAGS, _IFF_UP = 0x8914, 0x1
-# What bwrap covers read-only in the /proc it mounts.
-_PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -111,17 +109,97 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     _check(_libc.mount(encoded[0], encoded[1], encoded[2], flags, encoded[3]), f"mount {target}")
 
 
-# --- messages: a JSON object and descriptors, each carrying its sender's credentials ---
+# --- the wire: every message between the service, a server and a run, named ---------------
+#
+#   service -> server    FORK     a run made ahead: its control socket, its cgroup's cgroup.procs
+#   server  -> service   HELLO    "server": imported, ready to fork
+#   run     -> service   HELLO    "init", then "program": each where it should be
+#   service -> init      RUN      a RunOrder; the session's mount, stdout, stderr, the files
+#   init    -> service   STARTED  the program has its run
+#   init    -> program   RUN      the same RunOrder; stdout, stderr
+#   init    -> service   EXIT     the program's exit status, as bwrap reports one
+#   any     -> service   ERROR    what failed before the program ran
+#
+# A message is one JSON object {kind: value} with descriptors; each carries its sender's
+# credentials, which the kernel gives the service as host pids (SO_PASSCRED).
+
+FORK, HELLO, RUN, STARTED, EXIT, ERROR = "fork", "hello", "run", "started", "exit", "error"
 
 
-def send(sock: socket.socket, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
+@dataclass(frozen=True)
+class RunOrder:
+    """How a run is run: `argv` exec'd, or `source` with `args` run by the interpreter
+    itself (zygote.py), after `files` are written into /code."""
+
+    files: tuple[str, ...]
+    argv: tuple[str, ...] = ()
+    source: str | None = None
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Said:
+    """A message as its reader has it: `kind` None at the end of the socket."""
+
+    kind: str | None
+    value: Any
+    fds: list[int]
+    pid: int | None  # its sender's, as the reader sees pids
+
+    def close_fds(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def order_fork(server: socket.socket, run_control: int, procs: Sequence[int]) -> None:
+    _send(server, FORK, True, [run_control, *procs])
+
+
+def say_hello(sock: socket.socket, who: str) -> None:
+    _send(sock, HELLO, who)
+
+
+def order_run(sock: socket.socket, order: RunOrder, fds: Sequence[int]) -> None:
+    _send(sock, RUN, asdict(order), fds)
+
+
+def say_started(sock: socket.socket) -> None:
+    _send(sock, STARTED, True)
+
+
+def say_exit(sock: socket.socket, code: int) -> None:
+    _send(sock, EXIT, code)
+
+
+def say_error(sock: socket.socket, error: BaseException | str) -> None:
+    """What failed, to the service, where it can still be said."""
+    said = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    with contextlib.suppress(OSError):
+        _send(sock, ERROR, said)
+
+
+def run_order(said: Said) -> RunOrder:
+    value = said.value
+    return RunOrder(tuple(value["files"]), tuple(value["argv"]), value["source"], tuple(value["args"]))
+
+
+def expect(sock: socket.socket, kind: str) -> Said:
+    """The next message, which must be `kind`: else OSError with what came instead (an
+    error a run reported, another message, or the end), its descriptors closed."""
+    said = read(sock)
+    if said.kind != kind:
+        said.close_fds()
+        raise OSError(errno.EIO, f"expected {kind}, got {said.kind}: {said.value}")
+    return said
+
+
+def _send(sock: socket.socket, kind: str, value: Any, fds: Sequence[int] = ()) -> None:
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-    sock.sendmsg([json.dumps(message).encode()], ancillary)
+    sock.sendmsg([json.dumps({kind: value}).encode()], ancillary)
 
 
-def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int], int | None]:
-    """The next message (None at the end), its descriptors and its sender's pid as the
-    receiver sees it (where SO_PASSCRED is on)."""
+def read(sock: socket.socket) -> Said:
+    """The next message, its descriptors and its sender's pid (where SO_PASSCRED is on)."""
     room = socket.CMSG_SPACE(MAX_FDS * 4) + socket.CMSG_SPACE(12)
     data, ancillary, flags, _ = sock.recvmsg(_MESSAGE_BYTES, room)
     fds: list[int] = []
@@ -136,8 +214,9 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int], int 
             os.close(fd)
         if data:
             raise OSError(errno.EMSGSIZE, "a message was cut short")
-        return None, [], pid
-    return json.loads(data), fds, pid
+        return Said(None, None, [], pid)
+    ((kind, value),) = json.loads(data).items()
+    return Said(kind, value, fds, pid)
 
 
 # --- the server -------------------------------------------------------------------------
@@ -145,19 +224,37 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int], int 
 
 @dataclass(frozen=True)
 class Config:
-    """What a server is told once, at its start (warm.py writes it as JSON)."""
+    """What a server is told once, at its start: warm.py writes it from layout.py, the
+    server reads it. Paths name files in the server's /code."""
 
-    ram_disk_bytes: int  # the size of each of a run's /tmp and /dev/shm
+    ram_disks: tuple[tuple[str, str], ...]  # each run's RAM disks: path, mode
+    ram_disk_bytes: int  # the size of each
+    proc_covered: tuple[str, ...]  # what is covered read-only in each run's /proc
     cpu: tuple[int, int]  # a run's CPU rlimit
-    seccomp: bytes  # the compiled filter every run loads (seccomp.bpf())
-    # Copied into each run: into /code, or beside it, read-only (the font cache in /tmp).
-    files: dict[str, bytes]
+    seccomp: str  # the compiled filter every run loads (seccomp.bpf())
+    files: tuple[str, ...]  # copied into each run: into /code, or beside it, read-only (the font cache in /tmp)
+    preload: tuple[str, ...]  # the modules the server imports first (zygote.py)
+    warm_ups: tuple[str, ...]  # and the first uses it makes of them
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
 
 
 def load_config(path: str = CONFIG) -> Config:
     with open(path, "rb") as file:
         raw = json.load(file)
-    return Config(raw["ram_disk_bytes"], tuple(raw["cpu"]), _read(raw["seccomp"]), {f: _read(f) for f in raw["files"]})
+    tuples = {key: tuple(tuple(v) if isinstance(v, list) else v for v in value) for key, value in raw.items()
+              if isinstance(value, list)}  # fmt: skip
+    return Config(**{**raw, **tuples})
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """The contents a config names, read once in the server: every fork has them."""
+
+    config: Config
+    seccomp: bytes
+    files: dict[str, bytes]
 
 
 def _read(path: str) -> bytes:
@@ -184,21 +281,21 @@ def serve(control: socket.socket, interpret: Interpret, config: Config) -> NoRet
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     _bounding_set()
-    send(control, {"hello": "server"})
+    loaded = _Loaded(config, _read(config.seccomp), {path: _read(path) for path in config.files})
+    say_hello(control, "server")
     while True:
-        message, fds, _ = receive(control)
-        if message is None:
+        said = read(control)
+        if said.kind != FORK:  # the service closed the socket: nothing more to make
             os._exit(0)
         try:
             if _fork_into_new_pid_namespace(own) == 0:
                 os.close(own)
-                _exit_on_error(fds[0], _init, control, fds, interpret, config)
+                _exit_on_error(said.fds[0], _init, control, said.fds, interpret, loaded)
         except OSError as error:  # no fork now (a process limit): that run says so, the server goes on
-            with socket.socket(fileno=os.dup(fds[0])) as report, contextlib.suppress(OSError):
-                send(report, {"error": str(error)})
+            with socket.socket(fileno=os.dup(said.fds[0])) as report:
+                say_error(report, str(error))
         finally:
-            for fd in fds:
-                os.close(fd)
+            said.close_fds()
 
 
 def _fork_into_new_pid_namespace(own: int) -> int:
@@ -219,12 +316,12 @@ def _exit_on_error(ctl: int, body: Callable[..., None], *args: Any) -> NoReturn:
     try:
         body(*args)
     except BaseException as error:
-        with socket.socket(fileno=os.dup(ctl)) as report, contextlib.suppress(OSError):
-            send(report, {"error": f"{type(error).__name__}: {error}"})
+        with socket.socket(fileno=os.dup(ctl)) as report:
+            say_error(report, error)
     os._exit(0)
 
 
-def _init(control: socket.socket, fds: list[int], interpret: Interpret, config: Config) -> None:
+def _init(control: socket.socket, fds: list[int], interpret: Interpret, loaded: _Loaded) -> None:
     control.close()
     ctl_fd, *procs = fds
     _quiet()
@@ -233,16 +330,16 @@ def _init(control: socket.socket, fds: list[int], interpret: Interpret, config: 
     for fd in procs:  # into the run's cgroup: every process of the run is born inside
         os.write(fd, b"0")
         os.close(fd)
-    send(ctl, {"hello": "init"})
+    say_hello(ctl, "init")
     _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
     mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of the run's mounts reaches the server, or back
-    _mount_run_filesystems(config)
+    _mount_run_filesystems(loaded)
     _loopback_up()
     handoff, program_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     program = os.fork()
     if program == 0:
         handoff.close()
-        _program(ctl, program_end, interpret, config)
+        _program(ctl, program_end, interpret, loaded.seccomp, loaded.config.cpu)
     program_end.close()
     # Once it drops its capabilities the init holds what the program holds, the same uid:
     # dumpable, the program could take its descriptors (pidfd_getfd) or rewrite it
@@ -251,26 +348,26 @@ def _init(control: socket.socket, fds: list[int], interpret: Interpret, config: 
     _check(_libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
     # Signals from inside its namespace never reach pid 1 unless it handles one: none is.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    run, run_fds, _ = receive(ctl)
-    if run is None:  # the slot was closed unused: the program ends with this namespace
+    said = read(ctl)
+    if said.kind is None:  # the run made ahead was closed unused: the program ends with this namespace
         os._exit(0)
-    _hand_over(run, run_fds)
-    _drop_privileges(config.seccomp)
-    send(ctl, {"started": True})
-    send(handoff, run["run"], run_fds[1:3])
-    for fd in run_fds:
-        os.close(fd)
+    order = run_order(said)
+    _hand_over(order, said.fds)
+    _drop_privileges(loaded.seccomp)
+    say_started(ctl)
+    order_run(handoff, order, said.fds[1:3])
+    said.close_fds()
     handoff.close()
     code = os.waitstatus_to_exitcode(_reap_until(program))
     _end_the_rest()
     # As bwrap reports a program a signal ended: 128 + the signal's number.
-    send(ctl, {"exit": 128 - code if code < 0 else code})
+    say_exit(ctl, 128 - code if code < 0 else code)
 
 
-def _hand_over(run: Mapping[str, Any], fds: list[int]) -> None:
+def _hand_over(order: RunOrder, fds: list[int]) -> None:
     """The program into /code (then read-only), and the session's files at /mnt/data."""
     tree, _, _, *sources = fds
-    for name, fd in zip(run["files"], sources, strict=True):
+    for name, fd in zip(order.files, sources, strict=True):
         _write(f"/code/{name}", fd)
     mount(None, "/code", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     attach(tree, "/mnt/data")
@@ -309,19 +406,20 @@ def _end_the_rest() -> None:
             os.waitpid(-1, 0)
 
 
-def _mount_run_filesystems(config: Config) -> None:
+def _mount_run_filesystems(loaded: _Loaded) -> None:
     """What a cold run's bwrap mounts of its own: /proc of its PID namespace, a devpts
-    instance, the RAM disks, and /code with the interpreter's sitecustomize."""
+    instance, the RAM disks, and /code with what every run finds there."""
+    config = loaded.config
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for name in _PROC_COVERED:
+    for name in config.proc_covered:
         path = f"/proc/{name}"
         if os.path.exists(path):
             _read_only_bind(path)
     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
-    for path, mode in (("/tmp", "0755"), ("/dev/shm", "1777")):
+    for path, mode in config.ram_disks:
         mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode},size={config.ram_disk_bytes}")
     mount("tmpfs", "/code", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-    for path, content in config.files.items():
+    for path, content in loaded.files.items():
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as out:
             out.write(content)
@@ -360,34 +458,35 @@ def _drop_privileges(seccomp: bytes) -> None:
     _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, program, 0, 0), "seccomp")
 
 
-def _program(ctl: socket.socket, handoff: socket.socket, interpret: Interpret, config: Config) -> NoReturn:
+def _program(
+    ctl: socket.socket, handoff: socket.socket, interpret: Interpret, seccomp: bytes, cpu: tuple[int, int]
+) -> NoReturn:
     """Confined at once, ready, then the run: from the moment its output is the run's,
     what fails is the program's to say, on its own stderr."""
     try:
-        _drop_privileges(config.seccomp)
-        send(ctl, {"hello": "program"})
+        _drop_privileges(seccomp)
+        say_hello(ctl, "program")
     except BaseException as error:
-        with contextlib.suppress(OSError):
-            send(ctl, {"error": f"{type(error).__name__}: {error}"})
+        say_error(ctl, error)
         os._exit(0)
     ctl.close()
-    run, fds, _ = receive(handoff)
+    said = read(handoff)
     handoff.close()
-    if run is None:  # the slot was closed unused
+    if said.kind is None:  # the run made ahead was closed unused
         os._exit(0)
-    os.dup2(fds[0], 1)
-    os.dup2(fds[1], 2)
-    for fd in fds:
-        os.close(fd)
+    order = run_order(said)
+    os.dup2(said.fds[0], 1)
+    os.dup2(said.fds[1], 2)
+    said.close_fds()
     try:
-        resource.setrlimit(resource.RLIMIT_CPU, config.cpu)  # its clock started at its fork
+        resource.setrlimit(resource.RLIMIT_CPU, cpu)  # its clock started at its fork
         os.chdir("/mnt/data")  # the session's mount, which arrived after this process started
         _default_signals()
-        if "source" in run:
+        if order.source is not None:
             for ignored in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python ignores them at its start
                 signal.signal(ignored, signal.SIG_IGN)
-            os._exit(interpret(run["source"], run["args"]))
-        os.execv(run["argv"][0], run["argv"])  # noqa: S606  # the run's own command line
+            os._exit(interpret(order.source, list(order.args)))
+        os.execv(order.argv[0], order.argv)  # noqa: S606  # the run's own command line
     except OSError as error:
         os.write(2, f"{error}\n".encode(errors="replace"))
     os._exit(127)

@@ -9,7 +9,10 @@ has). The sandbox keeps no capability, so a program can only lower them further.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .cgroups import Parent
 
 PRLIMIT = "/usr/bin/prlimit"
 # Not a setting: enough for any runtime, and it bounds the kernel memory open files cost.
@@ -51,3 +54,14 @@ class Limits:
         if "pids" not in cgroup_controllers:
             argv.append(f"--nproc={self.max_processes}")
         return [*argv, "--"]
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What holds every run of this host, however it is launched: its limits, the host
+    uid it runs as (None: this process's own, where the service is not root), and the
+    cgroups its own cgroup is made under (none: rlimits alone hold)."""
+
+    limits: Limits
+    as_user: tuple[int, int] | None
+    cgroup_parents: Mapping[str, Parent]

@@ -27,6 +27,7 @@ rename is atomic, so a session is either whole and addressable or gone, never ha
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -45,9 +46,10 @@ from ... import ids
 from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound
 from ...languages import LANGUAGES
 from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
-from . import bwrap, cgroups, files, owners, warm
+from . import bwrap, cgroups, files, owners
 from .engine import ComposedSandboxes
-from .limits import Limits
+from .launcher import Launcher
+from .limits import Confinement, Limits
 from .storage import Storage, over_limit
 from .toolchains import TOOLCHAINS
 
@@ -81,7 +83,7 @@ class LocalConfig:
     image_bytes: int = 0  # the btrfs image made where SANDBOX_ROOT has none (0: from free space)
     warm_python: int = 0  # runs made ahead from the interpreter with the libraries (warm.py)
     warm_sandboxes: int = 0  # runs made ahead from a bare interpreter, for any language
-    warm_scientific: int = 0  # runs made ahead from the interpreter that also has zygote.SCIENTIFIC
+    warm_scientific: int = 0  # runs made ahead from the scientific interpreter (warm.KINDS)
     # How long a call waits for a session another holds: beyond the longest run.
     hold_wait_seconds: float = 75.0
     # This host's index in a fleet of runners (RUNNER_INDEX): the mark its new sessions'
@@ -148,22 +150,11 @@ class LocalSandbox:
         files.remove_beneath(self._data, path)
 
     def run(self, program: Program) -> RunResult:
-        toolchain = TOOLCHAINS[program.lang]
         source = LANGUAGES[program.lang].source_name(program.code)
-        argv = toolchain.argv(program.lang, source, program.args)
-        backend = self._backend
-        code = program.code.encode("utf-8", "surrogatepass")
-        timeout = toolchain.timeout(program.timeout)
+        launch = TOOLCHAINS[program.lang].launch(program.lang, source, program.code, program.args, program.timeout)
         self._restore_data_dir()
-        with backend.running(program.run_key) as cancelled:
-            if (ready := backend.take_warm(program)) is not None:
-                result = ready.run(self._data, {source: code}, argv, program.lang == "py", timeout, cancelled)
-                if result is not None:
-                    return result
-            return bwrap.run(
-                self._data, argv, {source: code}, timeout, backend.limits, backend.sandbox_user,
-                backend.cgroup_parents, cancelled=cancelled,
-            )  # fmt: skip
+        with self._backend.running(program.run_key) as cancelled:
+            return self._backend.launcher.run(self._data, launch, cancelled)
 
     def _restore_data_dir(self) -> None:
         """The artifact directory as the sandbox needs it: a run may have chmod-ed it 000
@@ -253,12 +244,11 @@ class LocalSandboxes(ComposedSandboxes):
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
         self._sweep_leftovers()
-        terms = self.limits, self.sandbox_user, self.cgroup_parents
-        self.warm = {
-            "py": warm.Pool.start("py", config.warm_python, *terms),
-            "scientific": warm.Pool.start("scientific", config.warm_scientific, *terms),
-            "bare": warm.Pool.start("bare", config.warm_sandboxes, *terms),
-        }
+        warm_sizes = {"py": config.warm_python, "scientific": config.warm_scientific, "bare": config.warm_sandboxes}
+        self.launcher = Launcher(Confinement(self.limits, self.sandbox_user, self.cgroup_parents), warm_sizes)
+        # The warm servers die with this process (bwrap --die-with-parent); the runs made
+        # ahead, and their cgroups, are ended by the launcher, at the latest at the exit.
+        atexit.register(self.close)
 
     named_sessions = True
 
@@ -273,21 +263,9 @@ class LocalSandboxes(ComposedSandboxes):
             elif ids.is_session_id(entry.name) and not self._remove_if_half_made(Path(entry.path)):
                 _sweep_staging(Path(entry.path))
 
-    def take_warm(self, program: Program) -> warm.Slot | None:
-        """A run made ahead for this one, of the kind it wants: for py, forked from the
-        interpreter with the libraries it names (the scientific one for SciPy, seaborn,
-        sklearn or statsmodels), else from the bare one, where any other language runs by
-        exec. With none of its kind ready, one forked now (a fork costs less than the
-        imports the other kind would make), else one of another kind."""
-        order = ["bare"]
-        if program.lang == "py" and warm.wants_scientific(program.code):
-            order = ["scientific", "py", "bare"]
-        elif program.lang == "py":
-            order = ["py", "scientific", "bare"] if warm.wants_preloaded(program.code) else ["bare", "py", "scientific"]
-        pools = [pool for name in order if (pool := self.warm[name])]
-        if not pools:
-            return None
-        return pools[0].take() or pools[0].make() or next((slot for pool in pools[1:] if (slot := pool.take())), None)
+    def close(self) -> None:
+        self.launcher.close()
+        atexit.unregister(self.close)
 
     @contextlib.contextmanager
     def create(

@@ -4,38 +4,43 @@ A program's source is written to `/code/<source>` (outside the artifact director
 never shows up as an output file) and runs with `/mnt/data` as its working directory.
 Compilers run in, and write to, the sandbox's private `/tmp`: their artifacts never show
 up, and no file of the session's (a `go.mod`, an `ldc2.conf`) changes how they compile.
-Nor does any start a runtime differently: Python puts /mnt/data last on its path (the
-sitecustomize below) and ignores user site files (-s); R reads no profile (--vanilla).
+Nor does any start a runtime differently: Python puts /mnt/data last on its path (layout
+PYTHON_SITE) and ignores user site files (-s); R reads no profile (--vanilla).
 """
 
 from __future__ import annotations
 
 import shlex
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-CODE_DIR = "/code"
+from .layout import CODE_DIR
+
 PROG = "/tmp/prog"  # where a compiled program goes
-# The libraries programs run with, apart from the service's Python and from the host's
-# (deps/, installed by `make install`), bound read-only into every run at the same path:
-# the locked Python set, the npm lock's node_modules, and `python`/`pip` for scripts.
-ENVIRONMENT = "/opt/sandbox"
-PYTHON_LIBS = f"{ENVIRONMENT}/python"
-NODE_MODULES = f"{ENVIRONMENT}/node/node_modules"
-TOOLS = f"{ENVIRONMENT}/tools"  # bin/python, bin/pip, matplotlibrc (deps/tools/)
-# Found first on PYTHONPATH (bwrap.py sets it), so neither Debian's nor a session's own
-# sitecustomize runs: it takes itself off the path and adds the session's directory at
-# the end, after the standard library and the installed packages.
-PYTHON_SITE = b"""import sys
-sys.path[:] = [p for p in sys.path if p != "/code/.site"] + ["/mnt/data"]
-"""
-# Where the host's apt and pip put packages for Debian 12's python3 (3.11, the sandbox's):
-# hidden from runs (bwrap.py), so a run imports the locked set, the same on every host,
-# never an older copy beside it (whose .pth files would run first: Debian's matplotlib
-# claims mpl_toolkits that way).
-HOST_SITE_PACKAGES = ("/usr/lib/python3/dist-packages", "/usr/local/lib/python3.11/dist-packages")
+
+
+@dataclass(frozen=True)
+class Interpreted:
+    """A Python program the interpreter can run in itself, as `python3 -s source args...`
+    would: how a warm run forked from a Python fork server takes it (zygote.py)."""
+
+    source: str  # its path in /code
+    args: tuple[str, ...]
+    code: str  # its text: what it imports chooses the server it is forked from
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to launch for one program, as its toolchain says: the files placed read-only
+    in /code, the command line that runs them, its wall-clock limit and, for Python, the
+    program as the interpreter itself runs it."""
+
+    files: Mapping[str, bytes]
+    argv: tuple[str, ...]
+    timeout: float
+    interpreted: Interpreted | None = None
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,20 @@ class Toolchain:
     compile: tuple[str, ...] = ()  # argv, run first; a failure is the run's failure
     needs: tuple[str, ...] = ()  # tools the compiler calls besides itself (a linker, a runtime)
     min_timeout: float = 0.0  # seconds a run gets at least: compilers and JVMs start slowly
+    interpreted: bool = False  # `run` is python3 running the source: a Python fork server can run it
 
-    def argv(self, lang: str, source_name: str, args: Sequence[str]) -> list[str]:
+    def launch(self, lang: str, source_name: str, code: str, args: Sequence[str], timeout: float) -> Launch:
+        """What to launch for `code` written to /code/<source_name>, asked to run at most
+        `timeout` seconds (or the toolchain's least)."""
+        source = f"{CODE_DIR}/{source_name}"
+        return Launch(
+            files={source_name: code.encode("utf-8", "surrogatepass")},
+            argv=tuple(self._argv(lang, source_name, args)),
+            timeout=max(timeout, self.min_timeout),
+            interpreted=Interpreted(source, tuple(args), code) if self.interpreted else None,
+        )
+
+    def _argv(self, lang: str, source_name: str, args: Sequence[str]) -> list[str]:
         fill = {"source": f"{CODE_DIR}/{source_name}", "main": PurePosixPath(source_name).stem}
         run = [part.format_map(fill) for part in self.run]
         if not self.compile:
@@ -58,9 +75,6 @@ class Toolchain:
         # which gets the args as "$@".
         script = f'cd /tmp && {shlex.join(compile_)} && cd /mnt/data && exec {shlex.join(run)} "$@"'
         return ["/bin/sh", "-c", script, lang, *args]
-
-    def timeout(self, asked: float) -> float:
-        return max(asked, self.min_timeout)
 
     def available(self) -> bool:
         toolchain = (self.compile or self.run)[0], *self.needs
@@ -73,7 +87,7 @@ _JVM = ("-XX:+UseSerialGC", "-XX:CompressedClassSpaceSize=64m", "-XX:ReservedCod
 
 TOOLCHAINS: dict[str, Toolchain] = {
     # Debian's python3: a pyenv interpreter imports .pth hooks at start (35 ms vs 9 ms).
-    "py": Toolchain(("/usr/bin/python3", "-s", "{source}")),
+    "py": Toolchain(("/usr/bin/python3", "-s", "{source}"), interpreted=True),
     "js": Toolchain(("/usr/bin/node", "{source}")),
     # esbuild strips the types (it does not check them) in milliseconds; tsc took 2 s.
     # The inline source map makes a stack trace name main.ts and its lines.

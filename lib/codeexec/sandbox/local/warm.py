@@ -11,16 +11,16 @@ language's own). A refill costs a fork, never a new interpreter and its imports.
 A server lives in a bubblewrap sandbox of its own, made as a cold run's (no network,
 /usr read-only, the sandbox uid), with the capabilities it needs inside its own user
 namespace and nothing of any session. It never runs a program: each run made ahead
-(Slot) is a fork that became a sandbox as strong as a cold run's: mount, PID, network,
+(ReadyRun) is a fork that became a sandbox as strong as a cold run's: mount, PID, network,
 IPC and UTS namespaces of its own, its own /proc, /tmp, /dev/shm and /code, a cgroup of
 its own with the run's limits, the same rlimits and seccomp filter, the sandbox uid
 with no capability, and a CPU clock that starts at its fork. It waits for its session:
 at the run the service makes a detached copy of the session's mount (open_tree,
-nosuid,nodev) and hands it over with the program; the slot attaches it at /mnt/data and
-checks that it arrived. Nothing a sandbox sees lives on the host's filesystem: no slot
+nosuid,nodev) and hands it over with the program; the run attaches it at /mnt/data and
+checks that it arrived. Nothing a sandbox sees lives on the host's filesystem: no run
 directory, no shared mount.
 
-A slot serves one run, then it is gone, so nothing of one run reaches another, and none
+A run made ahead serves one run, then it is gone, so nothing of one run reaches another, and none
 sees two sessions. A run cannot see, signal, trace or read its server or a sibling:
 they are outside its PID namespace, and the filter denies ptrace and process_vm_*.
 
@@ -31,17 +31,14 @@ the one with the libraries, no memory cgroup) those runs are cold, and the log s
 Refills run at low priority (nice) while half the pool is ready; a run gets its normal
 priority at its hand-over.
 The reply is built from the run's exit and output; reaping it and removing its cgroup
-happen after, in a thread of their own. A server is replaced after _SERVER_RUNS runs or
+happen after, in a thread of their own. The pools, and the two threads they share, are
+the backend's (WarmPools, held by launcher.Launcher): it closes them. A server is replaced after _SERVER_RUNS runs or
 _SERVER_SECONDS: its forks share its address-space layout (docs/isolation.md "Warm sandboxes").
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import errno
-import functools
-import json
 import logging
 import os
 import queue
@@ -51,14 +48,16 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..port import RunResult
-from . import bwrap, cgroups, fonts, forkserver, seccomp
-from .limits import Limits
-from .toolchains import CODE_DIR, PYTHON_SITE
+from . import bwrap, cgroups, collect, forkserver, layout, seccomp
+from .layout import CODE_DIR
+from .limits import Confinement
+from .toolchains import Launch
 
 log = logging.getLogger("codeexec.local.warm")
 
@@ -86,19 +85,63 @@ def _may_renice() -> bool:
 
 _REFILL_NICE = 10 if _may_renice() else 0
 
-# The kinds of server, and what each is told to load (zygote.py).
-_SERVER_FLAGS = {"py": (), "scientific": ("--scientific",), "bare": ("--bare",)}
-KINDS = tuple(_SERVER_FLAGS)
+# A program that names one of these (or a library that imports one of them: measured, each
+# of these imports numpy at least) wants the interpreter that imported them...
+_PRELOADED_USERS = re.compile(
+    r"\b(numpy|pandas|matplotlib|openpyxl|seaborn|scipy|sklearn|statsmodels|plotly|pyarrow|cv2|skimage|imageio"
+    r"|wordcloud|markitdown)\b"
+)
+# ... and one that names one of these, the scientific one.
+_SCIENTIFIC_USERS = re.compile(r"\b(scipy|seaborn|sklearn|statsmodels|plotly)\b")
+# Chosen by measurement (docs/performance.md, bench/warm_bench.py): what most programs
+# import, and (the scientific server's) what fewer do: on top of the first they cost a
+# server about 150 MB and each fork and exit 1.5 ms more, which the first server's runs
+# (pandas, a chart) do not pay; each saves its program 0.4 to 1 s.
+_PRELOADED = ("numpy", "pandas", "matplotlib.pyplot", "openpyxl")  # pyplot loads the font cache
+_SCIENTIFIC = ("scipy.stats", "seaborn", "sklearn.linear_model", "sklearn.model_selection", "sklearn.ensemble",
+               "sklearn.metrics", "statsmodels.api", "statsmodels.formula.api", "plotly.express")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of fork server: the modules it imports and the first uses it makes of them
+    (zygote.py reads both from its configuration)."""
+
+    preload: tuple[str, ...]
+    warm_ups: tuple[str, ...]  # zygote._WARM_UPS
+
+
+KINDS = {
+    "py": Kind(_PRELOADED, ("draw",)),
+    "scientific": Kind(_PRELOADED + _SCIENTIFIC, ("draw", "fit")),
+    "bare": Kind((), ()),  # Python started, nothing imported: other py runs, and every language by exec
+}
+
+
+def kinds_for(launch: Launch) -> list[str]:
+    """The kinds of server a launch may be forked from, best first: for a Python program,
+    the one with the libraries it names (the scientific one for SciPy, seaborn, sklearn,
+    statsmodels or plotly), else the bare one; any other language, the bare one alone."""
+    program = launch.interpreted
+    if program is None:
+        return ["bare"]
+    if _SCIENTIFIC_USERS.search(program.code):
+        return ["scientific", "py", "bare"]
+    if _PRELOADED_USERS.search(program.code):
+        return ["py", "scientific", "bare"]
+    return ["bare", "py", "scientific"]
 
 
 class Server:
     """One fork server: zygote.py in a sandbox of its own, which forks runs made ahead."""
 
-    def __init__(self, kind: str, limits: Limits, as_user: tuple[int, int], parents: Mapping[str, cgroups.Parent]):
+    def __init__(self, kind: str, confinement: Confinement) -> None:
+        self.kind = kind
+        self.confinement = confinement
         self.born = time.monotonic()
         self.forked = 0  # the runs made from it
         self._lock = threading.Lock()
-        self._out = 0  # its slots not yet ended
+        self._out = 0  # its runs not yet ended
         self._retired = False
         self._stack = contextlib.ExitStack()
         try:
@@ -106,19 +149,16 @@ class Server:
             self._stack.callback(self.control.close)
             with theirs:
                 cgroup = self._stack.enter_context(
-                    cgroups.run_cgroup(parents, _SERVER_MEMORY_BYTES, _SERVER_PROCESSES)
+                    cgroups.run_cgroup(confinement.cgroup_parents, _SERVER_MEMORY_BYTES, _SERVER_PROCESSES)
                 )
                 argv = [
                     # The CPU limit is each run's own: the server's imports spend none of it.
-                    *limits.prlimit_argv(cgroup.controllers, cpu=False),
+                    *confinement.limits.prlimit_argv(cgroup.controllers, cpu=False),
                     "/usr/bin/python3", "-s", f"{CODE_DIR}/zygote.py", "--control", str(theirs.fileno()),
-                    *_SERVER_FLAGS[kind],
                 ]  # fmt: skip
+                terms = bwrap.ServerTerms(forkserver.CAPABILITIES, (theirs.fileno(),), _REFILL_NICE)
                 self.sandbox = self._stack.enter_context(
-                    bwrap.sandbox(
-                        None, argv, _files(limits), limits, as_user, cgroup, _REFILL_NICE,
-                        forkserver.CAPABILITIES, (theirs.fileno(),),
-                    )  # fmt: skip
+                    bwrap.sandbox(confinement, None, argv, _server_files(kind, confinement), cgroup, terms)
                 )
             self._wait_ready()
         except BaseException:
@@ -132,15 +172,15 @@ class Server:
         control = self.control.fileno()
         ended = self.sandbox.pidfd  # bwrap holds the server's end too: its sandbox's end shows here
         said = ended is not None and select.select([control, ended], [], [], _START_SECONDS)[0] == [control]
-        message, _, pid = forkserver.receive(self.control) if said else (None, [], None)
-        if message != {"hello": "server"} or not pid:
+        hello = forkserver.read(self.control) if said else None
+        if hello is None or hello.kind != forkserver.HELLO or not hello.pid:
             self.sandbox.kill()
             _, stderr = self.sandbox.streams
             raise RuntimeError(f"the fork server did not start: {os.read(stderr, 4096).decode(errors='replace')}")
         if _REFILL_NICE:
-            os.setpriority(os.PRIO_PROCESS, pid, 0)
+            os.setpriority(os.PRIO_PROCESS, hello.pid, 0)
 
-    def fork(self, limits: Limits, parents: Mapping[str, cgroups.Parent], nice: int) -> Slot | None:
+    def fork(self, nice: int) -> ReadyRun | None:
         """A run made ahead, its processes at `nice` until its hand-over; None once the
         server is retired."""
         with self._lock:
@@ -149,7 +189,7 @@ class Server:
             self.forked += 1
             self._out += 1
         try:
-            return Slot(self, limits, parents, nice)
+            return ReadyRun(self, nice)
         except BaseException:
             self.release()
             raise
@@ -161,7 +201,7 @@ class Server:
         return self.sandbox.poll() is None
 
     def release(self) -> None:
-        """One of its slots ended."""
+        """One of its runs ended."""
         with self._lock:
             self._out -= 1
             ended = self._retired and self._out == 0
@@ -169,7 +209,7 @@ class Server:
             self._close()
 
     def retire(self) -> None:
-        """No more slots from it; it ends with the last of those it made (they are in its
+        """No more runs from it; it ends with the last of those it made (they are in its
         PID namespace, and would die with it)."""
         with self._lock:
             ended = not self._retired and self._out == 0
@@ -183,40 +223,42 @@ class Server:
         self._stack.close()
 
 
-def _files(limits: Limits) -> dict[str, bytes]:
-    """A server's /code: the two sources, and what each run gets (forkserver.Config)."""
-    cache = fonts.files()
-    config = {
-        "ram_disk_bytes": limits.memory_bytes,
-        "cpu": limits.cpu,
-        "seccomp": f"{CODE_DIR}/.seccomp.bpf",
-        "files": [f"{CODE_DIR}/.site/sitecustomize.py", *cache],
-    }
-    return {
-        **_SOURCES, ".seccomp.bpf": seccomp.bpf(), ".site/sitecustomize.py": PYTHON_SITE, **cache,
-        forkserver.CONFIG: json.dumps(config).encode(),
-    }  # fmt: skip
+def _server_files(kind: str, confinement: Confinement) -> dict[str, bytes]:
+    """A server's /code: the two sources, the filter, what each run finds (layout.py),
+    and its configuration, which says what of it each run gets."""
+    limits, run_files = confinement.limits, layout.run_files()
+    config = forkserver.Config(
+        ram_disks=layout.RAM_DISKS,
+        ram_disk_bytes=limits.memory_bytes,
+        proc_covered=layout.PROC_COVERED,
+        cpu=limits.cpu,
+        seccomp=f"{CODE_DIR}/.seccomp.bpf",
+        files=tuple(layout.path_inside(name) for name in run_files),
+        preload=KINDS[kind].preload,
+        warm_ups=KINDS[kind].warm_ups,
+    )
+    return {**_SOURCES, ".seccomp.bpf": seccomp.bpf(), **run_files, forkserver.CONFIG: config.to_json()}
 
 
-class Slot:
+class ReadyRun:
     """A run made ahead: its init and program forked from a server, in namespaces and a
     cgroup of their own, waiting for their session (forkserver.py)."""
 
-    def __init__(self, server: Server, limits: Limits, parents: Mapping[str, cgroups.Parent], nice: int):
+    def __init__(self, server: Server, nice: int):
         self.server = server
-        self.limits = limits
+        self.limits = server.confinement.limits
         self.nice = nice
-        self.cgroup = cgroups.RunCgroup(parents)
+        self.cgroup = cgroups.RunCgroup(server.confinement.cgroup_parents)
         self.pids: dict[str, int] = {}  # host pids: init, program
         self.pidfd: int | None = None  # the init's: killing it ends the run's PID namespace
         self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.ctl.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         try:
             with theirs:
-                self.cgroup.create(limits.memory_bytes, limits.max_processes)
+                self.cgroup.create(self.limits.memory_bytes, self.limits.max_processes)
                 entries = self.cgroup.entries()
                 try:
-                    forkserver.send(server.control, {"fork": True}, [theirs.fileno(), *entries])
+                    forkserver.order_fork(server.control, theirs.fileno(), entries)
                 finally:
                     for fd in entries:
                         os.close(fd)
@@ -227,56 +269,49 @@ class Slot:
 
     def _wait_ready(self) -> None:
         """Each of its two processes says hello once it is where it should be; each is
-        given the slot's priority as it does (what it forks from then on inherits it)."""
+        given the run's priority as it does (what it forks from then on inherits it)."""
         self.ctl.settimeout(_READY_SECONDS)
-        while len(self.pids) < 2:
-            message, fds, pid = forkserver.receive(self.ctl)
-            for fd in fds:
-                os.close(fd)
-            if message is None or "hello" not in message or not pid:
-                raise RuntimeError(f"a run made ahead failed: {message}")
-            self.pids[message["hello"]] = pid
-            if self.nice:
-                os.setpriority(os.PRIO_PROCESS, pid, self.nice)
+        try:
+            while len(self.pids) < 2:
+                hello = forkserver.expect(self.ctl, forkserver.HELLO)
+                hello.close_fds()
+                if not hello.pid:
+                    raise OSError("a run made ahead said hello without its credentials")
+                self.pids[hello.value] = hello.pid
+                if self.nice:
+                    os.setpriority(os.PRIO_PROCESS, hello.pid, self.nice)
+        except OSError as error:
+            raise RuntimeError(f"a run made ahead failed: {error}") from error
         self.ctl.settimeout(None)
         self.pidfd = os.pidfd_open(self.pids["init"])
 
-    def run(
-        self, data_dir: str, program: Mapping[str, bytes], argv: Sequence[str], python: bool, timeout: float,
-        cancelled: Callable[[], bool] | None,
-    ) -> RunResult | None:  # fmt: skip
-        """The run, in the session whose artifact directory is data_dir; then gone. None
-        when the slot failed before the program had its run: the caller runs cold."""
+    def run(self, data_dir: str, launch: Launch, cancelled: Callable[[], bool] | None) -> RunResult | None:
+        """The run, in the session whose artifact directory is data_dir. None when it
+        failed before the program had its run: the caller runs it cold. Closed after, by
+        whoever took it (WarmPools.run)."""
         try:
-            try:
-                streams = self._hand_over(data_dir, program, argv, python)
-            except OSError:
-                log.exception("a warm sandbox could not take its run; it runs cold")
-                return None
-            try:
-                return bwrap.finish(_Forked(self, streams), self.cgroup, timeout, self.limits, cancelled)
-            finally:
-                for fd in streams:
-                    os.close(fd)
+            streams = self._hand_over(data_dir, launch)
+        except OSError:
+            log.exception("a warm sandbox could not take its run; it runs cold")
+            return None
+        try:
+            return collect.finish(_Running(self, streams), self.cgroup, launch.timeout, self.limits, cancelled)
         finally:
-            _ending.put(self)  # off the reply's path
+            for fd in streams:
+                os.close(fd)
 
-    def _hand_over(
-        self, data_dir: str, program: Mapping[str, bytes], argv: Sequence[str], python: bool
-    ) -> tuple[int, int]:
-        """The session's files, the program and its output pipes to the slot; the pipes'
+    def _hand_over(self, data_dir: str, launch: Launch) -> tuple[int, int]:
+        """The session's files, the program and its output pipes to the run; the pipes'
         read ends back."""
         tree = forkserver.open_tree(data_dir)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        sources = [bwrap.memfd(name, content) for name, content in program.items()]
+        sources = [bwrap.memfd(name, content) for name, content in launch.files.items()]
         try:
             forkserver.restrict(tree)
             for pid in self.pids.values() if self.nice else ():  # a run gets its normal priority
                 os.setpriority(os.PRIO_PROCESS, pid, 0)
-            # A py run is the toolchain's `python3 -s <source> <args...>`, run in the interpreter itself.
-            run = {"source": argv[2], "args": list(argv[3:])} if python else {"argv": list(argv)}
-            forkserver.send(self.ctl, {"files": list(program), "run": run}, [tree, out_w, err_w, *sources])
+            forkserver.order_run(self.ctl, _order(launch), [tree, out_w, err_w, *sources])
             self._wait_started()
         except BaseException:
             os.close(out_r)
@@ -291,13 +326,9 @@ class Slot:
         """Started, or not: then nothing of the program ran, and the run goes cold."""
         self.ctl.settimeout(_READY_SECONDS)
         try:
-            message, fds, _ = forkserver.receive(self.ctl)
+            forkserver.expect(self.ctl, forkserver.STARTED).close_fds()
         finally:
             self.ctl.settimeout(None)
-        for fd in fds:
-            os.close(fd)
-        if message != {"started": True}:
-            raise OSError(errno.EIO, f"the run was not started: {message}")
 
     def ended(self, timeout: float | None) -> bool:
         """Whether the init has ended, waiting at most timeout seconds. The init is the last
@@ -312,13 +343,9 @@ class Slot:
         code = None
         self.ctl.setblocking(False)
         with contextlib.suppress(OSError):  # nothing more to read
-            while True:
-                message, fds, _ = forkserver.receive(self.ctl)
-                for fd in fds:
-                    os.close(fd)
-                if message is None:
-                    break
-                code = message.get("exit", code)
+            while (said := forkserver.read(self.ctl)).kind is not None:
+                said.close_fds()
+                code = said.value if said.kind == forkserver.EXIT else code
         return code if isinstance(code, int) and 0 <= code <= 255 else 128 + signal.SIGKILL
 
     def close(self) -> None:
@@ -343,12 +370,20 @@ class Slot:
             self.server.release()
 
 
-class _Forked:
-    """A forked run under way, as bwrap.finish collects it (bwrap.Started): it ends when
-    its init does, with the exit status the init reported on the control socket."""
+def _order(launch: Launch) -> forkserver.RunOrder:
+    """A Python program runs in the forked interpreter itself; anything else by exec."""
+    program = launch.interpreted
+    if program is None:
+        return forkserver.RunOrder(tuple(launch.files), launch.argv)
+    return forkserver.RunOrder(tuple(launch.files), launch.argv, program.source, program.args)
 
-    def __init__(self, slot: Slot, streams: tuple[int, int]) -> None:
-        self.slot = slot
+
+class _Running:
+    """A forked run under way, as collect.finish collects it (collect.Started): it ends
+    when its init does, with the exit status the init reported on the control socket."""
+
+    def __init__(self, ready: ReadyRun, streams: tuple[int, int]) -> None:
+        self.ready = ready
         self.streams = streams
         self._code: int | None = None
 
@@ -357,47 +392,121 @@ class _Forked:
 
     def wait(self, timeout: float | None = None) -> int | None:
         # The run has ended when its init has; only then is what it reported read.
-        if self._code is None and self.slot.ended(timeout):
-            self._code = self.slot.reported_exit()
+        if self._code is None and self.ready.ended(timeout):
+            self._code = self.ready.reported_exit()
         return self._code
 
     def kill(self) -> None:
-        assert self.slot.pidfd is not None
+        assert self.ready.pidfd is not None
         with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(self.slot.pidfd, signal.SIGKILL)
+            signal.pidfd_send_signal(self.ready.pidfd, signal.SIGKILL)
 
 
-# bwrap --die-with-parent ends a server when the THREAD that started it ends: servers are
-# started by one that lives as long as the process (an executor's would end before atexit).
-_ServerTerms = tuple[str, Limits, tuple[int, int], Mapping[str, cgroups.Parent]]
-_starts: queue.SimpleQueue[tuple[Future[Server], _ServerTerms]] = queue.SimpleQueue()
+class WarmPools:
+    """A pool of runs made ahead for each kind of server, and the two threads they share:
+    one starts servers, one takes finished runs down. The backend owns it and closes it."""
 
+    def __init__(self, confinement: Confinement, sizes: Mapping[str, int]) -> None:
+        self._starts: queue.SimpleQueue[tuple[Future[Server], str, Confinement] | None] = queue.SimpleQueue()
+        self._closed = False
+        self._ending: queue.SimpleQueue[ReadyRun | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        if not any(size > 0 for size in sizes.values()) or not _possible(confinement):
+            self.pools: dict[str, Pool] = {}
+            return
+        for target, name in ((self._end_runs, "warm-teardown"), (self._start_servers, "warm-server")):
+            self._threads.append(threading.Thread(target=target, name=name, daemon=True))
+            self._threads[-1].start()
+        self.pools = {
+            kind: Pool(kind, size, confinement, self._start_server)
+            for kind, size in sizes.items()
+            if size > 0 and (kind == "bare" or _libraries_possible(confinement))
+        }
 
-def _start_servers() -> None:
-    while True:
-        started, terms = _starts.get()
+    def run(self, data_dir: str, launch: Launch, cancelled: Callable[[], bool] | None) -> RunResult | None:
+        """The launch forked from a server of the kind it wants; None where no run could be
+        had or the one taken failed before the program ran: then it runs cold."""
+        ready = self._take(launch)
+        if ready is None:
+            return None
         try:
-            started.set_result(Server(*terms))
-        except Exception as error:
-            started.set_exception(error)
+            return ready.run(data_dir, launch, cancelled)
+        finally:
+            self._ending.put(ready)  # off the reply's path
+
+    def _take(self, launch: Launch) -> ReadyRun | None:
+        """A run made ahead of the best kind for this launch; with none of it ready, one
+        forked now (a fork costs less than the imports another kind would make), else one
+        of another kind."""
+        pools = [pool for kind in kinds_for(launch) if (pool := self.pools.get(kind))]
+        if not pools:
+            return None
+        return pools[0].take() or pools[0].make() or next((ready for pool in pools[1:] if (ready := pool.take())), None)
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Every pool full (tests, benchmarks: runs never wait)."""
+        return all(pool.wait_ready(timeout) for pool in self.pools.values())
+
+    def close(self) -> None:
+        """The runs made ahead and the servers end, and so do the runs not yet taken
+        down, with their cgroups; then the two threads."""
+        self._closed = True
+        for pool in self.pools.values():
+            pool.close()
+        self._starts.put(None)
+        self._ending.put(None)
+        for thread in self._threads:
+            thread.join(_ENDED_SECONDS * 2)
+
+    def _start_server(self, kind: str, confinement: Confinement) -> Future[Server]:
+        started: Future[Server] = Future()
+        if self._closed:
+            started.set_exception(RuntimeError("the warm pools are closed"))
+        else:
+            self._starts.put((started, kind, confinement))
+        return started
+
+    def _start_servers(self) -> None:
+        # bwrap --die-with-parent ends a server when the THREAD that started it ends: servers
+        # are started by this one, which lives as long as the pools (an executor's would not).
+        while (order := self._starts.get()) is not None:
+            started, kind, confinement = order
+            try:
+                started.set_result(Server(kind, confinement))
+            except Exception as error:
+                started.set_exception(error)
+        while not self._starts.empty():  # asked for as the pools closed: none will come
+            if (order := self._starts.get()) is not None:
+                order[0].set_exception(RuntimeError("the warm pools are closed"))
+
+    def _end_runs(self) -> None:
+        while (ready := self._ending.get()) is not None:
+            try:
+                ready.close()
+            except Exception:
+                log.exception("a warm sandbox's run did not end cleanly")
 
 
-_ending: queue.SimpleQueue[Slot] = queue.SimpleQueue()
+def _possible(confinement: Confinement) -> bool:
+    """Whether runs can be made ahead as strong as cold ones here; the log says why not."""
+    if os.geteuid() != 0:
+        log.warning("warm sandboxes are off: the service is not root (it hands each run its session's mount)")
+        return False
+    try:  # a session reaches a forked run as a detached mount (Linux 5.2)
+        os.close(forkserver.open_tree("/"))
+    except OSError as error:
+        log.warning("warm sandboxes are off: no detached mounts here (open_tree: %s)", error.strerror)
+        return False
+    return True
 
 
-@functools.cache
-def _start_threads() -> None:
-    for target, name in ((_end_slots, "warm-teardown"), (_start_servers, "warm-server")):
-        threading.Thread(target=target, name=name, daemon=True).start()
-
-
-def _end_slots() -> None:
-    while True:
-        slot = _ending.get()
-        try:
-            slot.close()
-        except Exception:
-            log.exception("a warm sandbox's run did not end cleanly")
+def _libraries_possible(confinement: Confinement) -> bool:
+    """The address-space limit that stands in for a memory cgroup would count the libraries.
+    A bare server's runs hold it as cold runs do: it is the server's, and each fork's."""
+    if "memory" in confinement.cgroup_parents:
+        return True
+    log.warning("warm sandboxes with the libraries are off: no memory cgroup")
+    return False
 
 
 class Pool:
@@ -405,48 +514,23 @@ class Pool:
     kind (KINDS)."""
 
     def __init__(
-        self, kind: str, size: int, limits: Limits, as_user: tuple[int, int],
-        parents: Mapping[str, cgroups.Parent],
+        self, kind: str, size: int, confinement: Confinement,
+        start_server: Callable[[str, Confinement], Future[Server]],
     ) -> None:  # fmt: skip
         self.kind = kind
         self.size = size
         self.taken = 0  # how many runs it served (for tests and benchmarks)
-        self._limits, self._as_user, self._parents = limits, as_user, parents
+        self._confinement = confinement
+        self._start = start_server
         self.server: Server | None = None
         self._replacing = False
-        self._ready: list[Slot] = []
+        self._ready: list[ReadyRun] = []
         self._lock = threading.Lock()
         self._wanted = threading.Event()
         self.closed = False
         self._failures = 0
         self._wanted.set()
         threading.Thread(target=self._refill, name=f"warm-{kind}", daemon=True).start()
-
-    @classmethod
-    def start(
-        cls, kind: str, size: int, limits: Limits, as_user: tuple[int, int],
-        parents: Mapping[str, cgroups.Parent],
-    ) -> Pool | None:  # fmt: skip
-        """A pool, or None where runs cannot be made ahead as strong as cold ones."""
-        if size <= 0:
-            return None
-        if os.geteuid() != 0:
-            log.warning("warm sandboxes are off: the service is not root (it hands each run its session's mount)")
-            return None
-        try:  # a session reaches a forked run as a detached mount (Linux 5.2)
-            os.close(forkserver.open_tree("/"))
-        except OSError as error:
-            log.warning("warm sandboxes are off: no detached mounts here (open_tree: %s)", error.strerror)
-            return None
-        if kind != "bare" and "memory" not in parents:
-            # The address-space limit that stands in would count the libraries. A bare
-            # server's runs hold it as cold runs do: it is the server's, and each fork's.
-            log.warning("warm sandboxes with the libraries are off: no memory cgroup")
-            return None
-        _start_threads()
-        pool = cls(kind, size, limits, as_user, parents)
-        _pools.append(pool)
-        return pool
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Wait until every run of the pool is ready (tests, benchmarks: runs never wait)."""
@@ -455,28 +539,28 @@ class Pool:
             time.sleep(0.05)
         return len(self._ready) >= self.size
 
-    def take(self) -> Slot | None:
+    def take(self) -> ReadyRun | None:
         """A run made ahead, at once, or None."""
         with self._lock:
-            slot = self._ready.pop(0) if self._ready else None
-            self.taken += slot is not None
+            ready = self._ready.pop(0) if self._ready else None
+            self.taken += ready is not None
         self._wanted.set()
-        return slot
+        return ready
 
-    def make(self) -> Slot | None:
+    def make(self) -> ReadyRun | None:
         """A run made now, at normal priority, when none was ready: it costs a fork, where a
         cold run costs a new interpreter and its imports. None without a live server."""
         server = self.server
         if self.closed or server is None or not server.alive():
             return None
         try:
-            slot = server.fork(self._limits, self._parents, 0)
+            ready = server.fork(0)
         except Exception:
             log.exception("a run could not be forked on demand; it runs cold")
             return None
         with self._lock:
-            self.taken += slot is not None
-        return slot
+            self.taken += ready is not None
+        return ready
 
     def close(self) -> None:
         self.closed = True
@@ -484,8 +568,8 @@ class Pool:
         with self._lock:
             ready, self._ready = self._ready, []
             server, self.server = self.server, None
-        for slot in ready:
-            slot.close()
+        for each in ready:
+            each.close()
         if server is not None:
             server.retire()
 
@@ -498,7 +582,7 @@ class Pool:
                     # At low priority while the pool has half its runs ready; past that, runs
                     # are about to be forked on demand: the same work, better done ahead.
                     nice = _REFILL_NICE if len(self._ready) >= self.size / 2 else 0
-                    slot = self._current_server().fork(self._limits, self._parents, nice)
+                    ready = self._current_server().fork(nice)
                 except Exception:
                     if self.closed:  # closed while it was made (the service is ending): no failure
                         return
@@ -506,13 +590,13 @@ class Pool:
                     time.sleep(_RETRY_SECONDS)
                     continue
                 self._failures = 0
-                if slot is None:  # its server was just replaced: the next comes from the new one
+                if ready is None:  # its server was just replaced: the next comes from the new one
                     continue
                 with self._lock:
                     if not self.closed:
-                        self._ready.append(slot)
+                        self._ready.append(ready)
                         continue
-                slot.close()  # the pool closed while it was made
+                ready.close()  # the pool closed while it was made
 
     def _failed(self) -> None:
         """Cold runs go on; a server that failed makes no more, and a pool that fails
@@ -532,16 +616,11 @@ class Pool:
         if server is None or not server.alive():
             if server is not None:
                 server.retire()
-            server = self.server = self._start_server().result()
+            server = self.server = self._start(self.kind, self._confinement).result()
         elif server.expired() and not self._replacing:
             self._replacing = True  # the old one forks on while the new one imports
-            self._start_server().add_done_callback(self._replaced)
+            self._start(self.kind, self._confinement).add_done_callback(self._replaced)
         return server
-
-    def _start_server(self) -> Future[Server]:
-        started: Future[Server] = Future()
-        _starts.put((started, (self.kind, self._limits, self._as_user, self._parents)))
-        return started
 
     def _replaced(self, started: Future[Server]) -> None:
         self._replacing = False
@@ -554,39 +633,3 @@ class Pool:
         for server in (old, new if self.closed else None):
             if server is not None:
                 server.retire()
-
-
-# A program that names one of zygote.PRELOADED, or a library that imports one of them
-# (measured: each of these imports numpy at least), wants the interpreter that imported
-# them; any other, a bare one.
-_PRELOADED_USERS = re.compile(
-    r"\b(numpy|pandas|matplotlib|openpyxl|seaborn|scipy|sklearn|statsmodels|plotly|pyarrow|cv2|skimage|imageio"
-    r"|wordcloud|markitdown)\b"
-)
-
-
-# ... and one that names one of zygote.SCIENTIFIC, the scientific one.
-_SCIENTIFIC_USERS = re.compile(r"\b(scipy|seaborn|sklearn|statsmodels|plotly)\b")
-
-
-def wants_preloaded(code: str) -> bool:
-    return _PRELOADED_USERS.search(code) is not None
-
-
-def wants_scientific(code: str) -> bool:
-    return _SCIENTIFIC_USERS.search(code) is not None
-
-
-_pools: list[Pool] = []
-
-
-@atexit.register
-def _close_all() -> None:
-    """The servers die with the process (bwrap --die-with-parent), and their runs with
-    them; the runs made ahead, and those not yet taken down, are ended here, so that
-    their cgroups go too."""
-    for pool in _pools:
-        pool.close()
-    while not _ending.empty():
-        _ending.get().close()
-

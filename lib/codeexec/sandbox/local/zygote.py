@@ -1,9 +1,9 @@
 """A warm Python interpreter, the fork server's (forkserver.py), as it runs INSIDE its sandbox.
 
-Started by warm.py in a sandbox of its own, it imports what users import (PRELOADED) and
-draws a first figure, with --scientific the heavier families too (SCIENTIFIC), or with
---bare nothing at all; what that made is frozen out of the
-garbage collector and laid in huge pages; then it serves. Each run is a fork of it that
+Started by warm.py in a sandbox of its own, it imports what its configuration names (the
+modules of its kind of server, warm.KINDS: none for a bare one) and makes a first use of
+them (a figure drawn, a model fitted); what that made is frozen out of the garbage
+collector and laid in huge pages; then it serves. Each run is a fork of it that
 became a sandbox of its own (forkserver.py), and runs its Python program here, as
 `python3 -s source args...` would, but without starting an interpreter or importing
 anything again, and with every random generator the imports made seeded afresh, as a
@@ -23,17 +23,10 @@ import socket
 import sys
 import threading
 import traceback
-
-# Chosen by measurement (docs/performance.md, bench/warm_bench.py): what most programs import.
-PRELOADED = ("numpy", "pandas", "matplotlib.pyplot", "openpyxl")  # pyplot loads the font cache
-# A second server's (--scientific), for the fewer programs that name them: on top of
-# PRELOADED they cost a server about 150 MB and each fork and exit 1.5 ms more, which the
-# first server's runs (pandas, a chart) do not pay; each saves its program 0.4 to 1 s.
-SCIENTIFIC = ("scipy.stats", "seaborn", "sklearn.linear_model", "sklearn.model_selection", "sklearn.ensemble",
-              "sklearn.metrics", "statsmodels.api", "statsmodels.formula.api", "plotly.express")  # fmt: skip
+from collections.abc import Sequence
 
 
-def preload(scientific: bool = False) -> None:
+def preload(modules: Sequence[str], warm_ups: Sequence[str]) -> None:
     # What a cold run would print while importing (a warning, a cache being built) is
     # nobody's output: stdout and stderr go nowhere until the program starts.
     saved = os.dup(1), os.dup(2)
@@ -41,12 +34,10 @@ def preload(scientific: bool = False) -> None:
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     try:
-        importlib.import_module("matplotlib").use("Agg")
-        for name in PRELOADED + (SCIENTIFIC if scientific else ()):
+        for name in modules:
             importlib.import_module(name)
-        _draw_once()
-        if scientific:
-            _fit_once()
+        for name in warm_ups:
+            _WARM_UPS[name]()
     except ImportError:
         pass  # a host without them still warms the interpreter itself
     finally:
@@ -80,6 +71,9 @@ def _fit_once() -> None:
     api.OLS(2 * x, api.add_constant(x)).fit().summary()
     importlib.import_module("scipy.stats").norm.rvs(size=2)
     importlib.import_module("plotly.express").bar(x=["a", "b"], y=[1, 2])
+
+
+_WARM_UPS = {"draw": _draw_once, "fit": _fit_once}
 
 
 # The random generators the server's imports made, found once in the server: each fork
@@ -178,9 +172,8 @@ def main() -> None:
     # A sibling in /code here, not a module of the package the service imports this from.
     forkserver = importlib.import_module("forkserver")
     forkserver.own_pid_namespace()
-    if "--bare" not in sys.argv[1:]:  # a bare interpreter has started Python, nothing more
-        preload("--scientific" in sys.argv[1:])
     config = forkserver.load_config()
+    preload(config.preload, config.warm_ups)
     _generators.extend(find_generators())
     # What the imports made is never garbage: the runs' collections skip it, and so never
     # touch (and copy) the pages each fork shares with this process.

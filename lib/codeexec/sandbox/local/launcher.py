@@ -1,0 +1,34 @@
+"""The one local launch: every run of the `local` backend goes in here, with what its
+toolchain says to launch (toolchains.Launch), and comes out a RunResult.
+
+It is forked from a warm server of the kind it wants when one can be had (warm.py), else
+it runs cold in a bubblewrap sandbox of its own (bwrap.py); both see the sandbox layout.py
+describes, under one Confinement, and are collected to their end the same way (collect.py).
+The launcher owns the warm pools and closes them with the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from ..port import RunResult
+from .bwrap import ColdRuns
+from .limits import Confinement
+from .toolchains import Launch
+from .warm import WarmPools
+
+
+class Launcher:
+    def __init__(self, confinement: Confinement, warm_sizes: Mapping[str, int]) -> None:
+        """`warm_sizes`: how many runs each kind of warm server keeps made ahead (warm.KINDS)."""
+        self.warm = WarmPools(confinement, warm_sizes)
+        self.cold = ColdRuns(confinement)
+
+    def run(self, data_dir: str, launch: Launch, cancelled: Callable[[], bool] | None) -> RunResult:
+        """`launch` over the artifact directory data_dir, warm, else cold (the two take the
+        same arguments); `cancelled` is asked every 20 ms, and once it says yes the run is stopped."""
+        warm = self.warm.run(data_dir, launch, cancelled)
+        return warm if warm is not None else self.cold.run(data_dir, launch, cancelled)
+
+    def close(self) -> None:
+        self.warm.close()
