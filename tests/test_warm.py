@@ -444,3 +444,28 @@ def test_a_host_without_detached_mounts_runs_every_run_cold(
     app = create_app(settings.model_copy(update={"warm_python": 1, "warm_sandboxes": 1, "warm_scientific": 1}))
     assert pools(app) == {}
     assert run(TestClient(app, headers={"X-API-Key": API_KEY}), WARM + "print(6 * 7)")["stdout"] == "cold\n42\n"
+
+
+def test_a_fork_that_fails_leaves_its_server_to_end_with_its_pool(
+    settings: Settings, warm_pools: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run made ahead that could not be made gives its server back once, not twice: a
+    server counted one run short would never see its last run end, and outlive its pool
+    (as a retired server would outlive its replacement, holding its memory)."""
+    app = create_app(settings.model_copy(update={"warm_python": 0, "warm_sandboxes": 1, "warm_scientific": 0}))
+    bare = pools(app)["bare"]
+    assert bare.wait_ready() and bare.server is not None
+    server = bare.server
+
+    def refused(self: cgroups.RunCgroup, *limits: int) -> None:
+        raise OSError(28, "No space left on device")  # as a full cgroup hierarchy answers
+
+    with monkeypatch.context() as patched:
+        patched.setattr(cgroups.RunCgroup, "create", refused)
+        with pytest.raises(OSError):
+            server.fork(0)
+    bare.close()  # its runs made ahead end, and it is retired; the backend's threads live on
+    deadline = time.monotonic() + 10
+    while server.alive():
+        assert time.monotonic() < deadline, "the server outlived its pool"
+        time.sleep(0.05)

@@ -8,11 +8,12 @@ that it may give each run a PID namespace and take its own back. It never runs u
 code, and no run can reach it. This module is also the protocol both ends speak; the
 service imports it for that.
 
-For each run made ahead the service sends one message (`fork`) with the run's control
-socket and its cgroup's `cgroup.procs`, opened by the service. Two processes follow:
+For each run made ahead the service sends one message (`fork`) with its priority, the
+run's control socket and its cgroup's `cgroup.procs`, opened by the service. Two
+processes follow:
 
 - the run's **init**, pid 1 of a new PID namespace: moves itself into the run's cgroup
-  (writing 0 through the service's descriptor), unshares mount, network, IPC and UTS
+  (writing 0 through the service's descriptor), takes the run's priority, unshares mount, network, IPC and UTS
   namespaces, mounts the run's own /proc, /dev/pts, /tmp, /dev/shm and /code, brings up
   the run's loopback and forks the program. At the run it writes the program into /code
   (then read-only), attaches the session's files at /mnt/data (a detached mount the
@@ -22,7 +23,8 @@ socket and its cgroup's `cgroup.procs`, opened by the service. Two processes fol
   It reaps; when the program ends it kills and reaps what the program left running and
   reports the exit status.
 - the **program**, pid 2: right away it drops every capability and loads the seccomp
-  filter cold runs load, then waits for its run. Only then does it take its stdout and
+  filter cold runs load, is made ready by the interpreter (zygote.ahead: its own random
+  seeds, the pages a run writes first copied now), then waits for its run. Only then does it take its stdout and
   stderr, set its CPU limit (its clock started at its fork: a fork's CPU time starts at
   zero) and run the program: Python in this very interpreter (zygote.py), or any command
   line by exec.
@@ -111,7 +113,7 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 
 # --- the wire: every message between the service, a server and a run, named ---------------
 #
-#   service -> server    FORK     a run made ahead: its control socket, its cgroup's cgroup.procs
+#   service -> server    FORK     a run made ahead, at a priority: its control socket, its cgroup.procs
 #   server  -> service   HELLO    "server": imported, ready to fork
 #   run     -> service   HELLO    "init", then "program": each where it should be
 #   service -> init      RUN      a RunOrder; the session's mount, stdout, stderr, the files
@@ -151,8 +153,10 @@ class Said:
             os.close(fd)
 
 
-def order_fork(server: socket.socket, run_control: int, procs: Sequence[int]) -> None:
-    _send(server, FORK, True, [run_control, *procs])
+def order_fork(server: socket.socket, nice: int, run_control: int, procs: Sequence[int]) -> None:
+    """A run made ahead, its processes at `nice` from their start (the service gives a
+    run its normal priority back at its hand-over)."""
+    _send(server, FORK, nice, [run_control, *procs])
 
 
 def say_hello(sock: socket.socket, who: str) -> None:
@@ -248,21 +252,24 @@ def load_config(path: str = CONFIG) -> Config:
     return Config(**{**raw, **tuples})
 
 
+Interpret = Callable[[str, list[str]], int]  # runs a Python program, returns its exit code
+
+
 @dataclass(frozen=True)
 class _Loaded:
-    """The contents a config names, read once in the server: every fork has them."""
+    """What every fork has from its server: the contents its config names, read once, and
+    the interpreter's two parts of a run."""
 
     config: Config
     seccomp: bytes
     files: dict[str, bytes]
+    ahead: Callable[[], None]  # in a run made ahead, before its run comes
+    interpret: Interpret
 
 
 def _read(path: str) -> bytes:
     with open(path, "rb") as file:
         return file.read()
-
-
-Interpret = Callable[[str, list[str]], int]  # runs a Python program, returns its exit code
 
 
 def own_pid_namespace() -> None:
@@ -275,13 +282,14 @@ def own_pid_namespace() -> None:
         os._exit(os.waitstatus_to_exitcode(os.waitpid(server, 0)[1]) & 0xFF)
 
 
-def serve(control: socket.socket, interpret: Interpret, config: Config) -> NoReturn:
+def serve(control: socket.socket, config: Config, ahead: Callable[[], None], interpret: Interpret) -> NoReturn:
     """Fork a run's init for each `fork` message, until the service closes the socket."""
     # Children are reaped by the kernel: the server never waits on a run.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     _bounding_set()
-    loaded = _Loaded(config, _read(config.seccomp), {path: _read(path) for path in config.files})
+    files = {path: _read(path) for path in config.files}
+    loaded = _Loaded(config, _read(config.seccomp), files, ahead, interpret)
     say_hello(control, "server")
     while True:
         said = read(control)
@@ -290,7 +298,7 @@ def serve(control: socket.socket, interpret: Interpret, config: Config) -> NoRet
         try:
             if _fork_into_new_pid_namespace(own) == 0:
                 os.close(own)
-                _exit_on_error(said.fds[0], _init, control, said.fds, interpret, loaded)
+                _exit_on_error(said.fds[0], _init, control, said.fds, said.value, loaded)
         except OSError as error:  # no fork now (a process limit): that run says so, the server goes on
             with socket.socket(fileno=os.dup(said.fds[0])) as report:
                 say_error(report, str(error))
@@ -321,11 +329,12 @@ def _exit_on_error(ctl: int, body: Callable[..., None], *args: Any) -> NoReturn:
     os._exit(0)
 
 
-def _init(control: socket.socket, fds: list[int], interpret: Interpret, loaded: _Loaded) -> None:
+def _init(control: socket.socket, fds: list[int], nice: int, loaded: _Loaded) -> None:
     control.close()
     ctl_fd, *procs = fds
     _quiet()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setpriority(os.PRIO_PROCESS, 0, nice)  # the program, forked below, inherits it
     ctl = socket.socket(fileno=ctl_fd)
     for fd in procs:  # into the run's cgroup: every process of the run is born inside
         os.write(fd, b"0")
@@ -339,7 +348,7 @@ def _init(control: socket.socket, fds: list[int], interpret: Interpret, loaded: 
     program = os.fork()
     if program == 0:
         handoff.close()
-        _program(ctl, program_end, interpret, loaded.seccomp, loaded.config.cpu)
+        _program(ctl, program_end, loaded)
     program_end.close()
     # Once it drops its capabilities the init holds what the program holds, the same uid:
     # dumpable, the program could take its descriptors (pidfd_getfd) or rewrite it
@@ -458,13 +467,12 @@ def _drop_privileges(seccomp: bytes) -> None:
     _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, program, 0, 0), "seccomp")
 
 
-def _program(
-    ctl: socket.socket, handoff: socket.socket, interpret: Interpret, seccomp: bytes, cpu: tuple[int, int]
-) -> NoReturn:
-    """Confined at once, ready, then the run: from the moment its output is the run's,
-    what fails is the program's to say, on its own stderr."""
+def _program(ctl: socket.socket, handoff: socket.socket, loaded: _Loaded) -> NoReturn:
+    """Confined at once, made ready ahead (the interpreter's part), then the run: from the
+    moment its output is the run's, what fails is the program's to say, on its own stderr."""
     try:
-        _drop_privileges(seccomp)
+        _drop_privileges(loaded.seccomp)
+        loaded.ahead()
         say_hello(ctl, "program")
     except BaseException as error:
         say_error(ctl, error)
@@ -479,13 +487,13 @@ def _program(
     os.dup2(said.fds[1], 2)
     said.close_fds()
     try:
-        resource.setrlimit(resource.RLIMIT_CPU, cpu)  # its clock started at its fork
+        resource.setrlimit(resource.RLIMIT_CPU, loaded.config.cpu)  # its clock started at its fork
         os.chdir("/mnt/data")  # the session's mount, which arrived after this process started
         _default_signals()
         if order.source is not None:
             for ignored in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python ignores them at its start
                 signal.signal(ignored, signal.SIG_IGN)
-            os._exit(interpret(order.source, list(order.args)))
+            os._exit(loaded.interpret(order.source, list(order.args)))
         os.execv(order.argv[0], order.argv)  # noqa: S606  # the run's own command line
     except OSError as error:
         os.write(2, f"{error}\n".encode(errors="replace"))

@@ -97,7 +97,13 @@ _SCIENTIFIC_USERS = re.compile(r"\b(scipy|seaborn|sklearn|statsmodels|plotly)\b"
 # import, and (the scientific server's) what fewer do: on top of the first they cost a
 # server about 150 MB and each fork and exit 1.5 ms more, which the first server's runs
 # (pandas, a chart) do not pay; each saves its program 0.4 to 1 s.
-_PRELOADED = ("numpy", "pandas", "matplotlib.pyplot", "openpyxl")  # pyplot loads the font cache
+_PRELOADED = (
+    "numpy", "pandas", "matplotlib.pyplot", "openpyxl",  # pyplot loads the font cache
+    # What pandas imports only at a first to_excel/read_excel (20 ms), df.plot (7), to_csv
+    # and a DataFrame printed (1 each): modules only, nothing registered.
+    "xlsxwriter", "pandas.io.formats.excel", "pandas.plotting._matplotlib", "pandas.io.formats.csvs",
+    "pandas.io.formats.string",
+)  # fmt: skip
 _SCIENTIFIC = ("scipy.stats", "seaborn", "sklearn.linear_model", "sklearn.model_selection", "sklearn.ensemble",
                "sklearn.metrics", "statsmodels.api", "statsmodels.formula.api", "plotly.express")  # fmt: skip
 
@@ -113,7 +119,7 @@ class Kind:
 
 KINDS = {
     "py": Kind(_PRELOADED, ("draw",)),
-    "scientific": Kind(_PRELOADED + _SCIENTIFIC, ("draw", "fit")),
+    "scientific": Kind(_PRELOADED + _SCIENTIFIC, ("draw", "chart", "fit")),
     "bare": Kind((), ()),  # Python started, nothing imported: other py runs, and every language by exec
 }
 
@@ -135,7 +141,9 @@ def kinds_for(launch: Launch) -> list[str]:
 class Server:
     """One fork server: zygote.py in a sandbox of its own, which forks runs made ahead."""
 
-    def __init__(self, kind: str, confinement: Confinement) -> None:
+    def __init__(self, kind: str, confinement: Confinement, stop: int | None = None) -> None:
+        """`stop`: a descriptor that turns readable when the server is no longer wanted,
+        even before it is ready (the pools close)."""
         self.kind = kind
         self.confinement = confinement
         self.born = time.monotonic()
@@ -160,18 +168,19 @@ class Server:
                 self.sandbox = self._stack.enter_context(
                     bwrap.sandbox(confinement, None, argv, _server_files(kind, confinement), cgroup, terms)
                 )
-            self._wait_ready()
+            self._wait_ready(stop)
         except BaseException:
             self._close()
             raise
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, stop: int | None) -> None:
         """Its hello, once it has imported everything: then it gets a normal priority,
         for the runs that it forks on demand."""
         self.control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         control = self.control.fileno()
         ended = self.sandbox.pidfd  # bwrap holds the server's end too: its sandbox's end shows here
-        said = ended is not None and select.select([control, ended], [], [], _START_SECONDS)[0] == [control]
+        waits = [fd for fd in (control, ended, stop) if fd is not None]
+        said = ended is not None and select.select(waits, [], [], _START_SECONDS)[0] == [control]
         hello = forkserver.read(self.control) if said else None
         if hello is None or hello.kind != forkserver.HELLO or not hello.pid:
             self.sandbox.kill()
@@ -188,11 +197,7 @@ class Server:
                 return None
             self.forked += 1
             self._out += 1
-        try:
-            return ReadyRun(self, nice)
-        except BaseException:
-            self.release()
-            raise
+        return ReadyRun(self, nice)  # which releases it once, however it ends
 
     def expired(self) -> bool:
         return self.forked >= _SERVER_RUNS or time.monotonic() - self.born > _SERVER_SECONDS
@@ -251,14 +256,18 @@ class ReadyRun:
         self.cgroup = cgroups.RunCgroup(server.confinement.cgroup_parents)
         self.pids: dict[str, int] = {}  # host pids: init, program
         self.pidfd: int | None = None  # the init's: killing it ends the run's PID namespace
-        self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except BaseException:
+            server.release()
+            raise
         self.ctl.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         try:
             with theirs:
                 self.cgroup.create(self.limits.memory_bytes, self.limits.max_processes)
                 entries = self.cgroup.entries()
                 try:
-                    forkserver.order_fork(server.control, theirs.fileno(), entries)
+                    forkserver.order_fork(server.control, nice, theirs.fileno(), entries)
                 finally:
                     for fd in entries:
                         os.close(fd)
@@ -268,8 +277,8 @@ class ReadyRun:
             raise
 
     def _wait_ready(self) -> None:
-        """Each of its two processes says hello once it is where it should be; each is
-        given the run's priority as it does (what it forks from then on inherits it)."""
+        """Each of its two processes says hello once it is where it should be (the program
+        once it is made ready: zygote.ahead)."""
         self.ctl.settimeout(_READY_SECONDS)
         try:
             while len(self.pids) < 2:
@@ -278,8 +287,6 @@ class ReadyRun:
                 if not hello.pid:
                     raise OSError("a run made ahead said hello without its credentials")
                 self.pids[hello.value] = hello.pid
-                if self.nice:
-                    os.setpriority(os.PRIO_PROCESS, hello.pid, self.nice)
         except OSError as error:
             raise RuntimeError(f"a run made ahead failed: {error}") from error
         self.ctl.settimeout(None)
@@ -410,13 +417,14 @@ class WarmPools:
         self._starts: queue.SimpleQueue[tuple[Future[Server], str, Confinement] | None] = queue.SimpleQueue()
         self._closed = False
         self._ending: queue.SimpleQueue[ReadyRun | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self._teardown = threading.Thread(target=self._end_runs, name="warm-teardown", daemon=True)
+        self._starter = threading.Thread(target=self._start_servers, name="warm-server", daemon=True)
+        self._stop_r, self._stop_w = os.pipe()  # a byte in it: a server starting now is not wanted
         if not any(size > 0 for size in sizes.values()) or not _possible(confinement):
             self.pools: dict[str, Pool] = {}
             return
-        for target, name in ((self._end_runs, "warm-teardown"), (self._start_servers, "warm-server")):
-            self._threads.append(threading.Thread(target=target, name=name, daemon=True))
-            self._threads[-1].start()
+        self._teardown.start()
+        self._starter.start()
         self.pools = {
             kind: Pool(kind, size, confinement, self._start_server)
             for kind, size in sizes.items()
@@ -450,13 +458,21 @@ class WarmPools:
     def close(self) -> None:
         """The runs made ahead and the servers end, and so do the runs not yet taken
         down, with their cgroups; then the two threads."""
+        if self._closed:
+            return
         self._closed = True
+        os.write(self._stop_w, b"x")
         for pool in self.pools.values():
             pool.close()
-        self._starts.put(None)
-        self._ending.put(None)
-        for thread in self._threads:
-            thread.join(_ENDED_SECONDS * 2)
+        # The runs taken down first: the last of a server's ends it. Only then may the thread
+        # that started the servers end: they die with it, before bwrap has reaped them.
+        for stop, thread in ((self._ending, self._teardown), (self._starts, self._starter)):
+            stop.put(None)
+            if thread.is_alive():
+                thread.join(_ENDED_SECONDS * 2)
+        if not self._starter.is_alive():  # else a start still selects on it
+            os.close(self._stop_r)
+            os.close(self._stop_w)
 
     def _start_server(self, kind: str, confinement: Confinement) -> Future[Server]:
         started: Future[Server] = Future()
@@ -472,7 +488,7 @@ class WarmPools:
         while (order := self._starts.get()) is not None:
             started, kind, confinement = order
             try:
-                started.set_result(Server(kind, confinement))
+                started.set_result(Server(kind, confinement, self._stop_r))
             except Exception as error:
                 started.set_exception(error)
         while not self._starts.empty():  # asked for as the pools closed: none will come
@@ -616,7 +632,13 @@ class Pool:
         if server is None or not server.alive():
             if server is not None:
                 server.retire()
-            server = self.server = self._start(self.kind, self._confinement).result()
+            server = self._start(self.kind, self._confinement).result()
+            with self._lock:
+                closed = self.closed
+                self.server = None if closed else server
+            if closed:  # while it started: it would outlive the pool
+                server.retire()
+                raise RuntimeError("the pool closed while its server started")
         elif server.expired() and not self._replacing:
             self._replacing = True  # the old one forks on while the new one imports
             self._start(self.kind, self._confinement).add_done_callback(self._replaced)
