@@ -176,22 +176,47 @@ def throughput_table(
     return main
 
 
-def memory_at_rest(pid: int) -> float:
-    """MiB: the proportional set size of the service and every process under it (its
-    fork servers and runs made ahead), what the host gives it at rest."""
+def _tree(pid: int) -> list[int]:
+    """The pid and every process under it: the service, its fork servers, runs made ahead."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError, ValueError, IndexError):
             parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
             children.setdefault(parent, []).append(int(entry.name))
-    total, todo = 0, [pid]
-    while todo:
-        each = todo.pop()
-        todo.extend(children.get(each, []))
+    found = [pid]
+    for each in found:
+        found.extend(children.get(each, []))
+    return found
+
+
+def memory_at_rest(pid: int) -> float:
+    """MiB: the proportional set size of the service and every process under it (its
+    fork servers and runs made ahead), what the host gives it at rest."""
+    total = 0
+    for each in _tree(pid):
         with contextlib.suppress(OSError):
             rollup = Path(f"/proc/{each}/smaps_rollup").read_text()
             total += next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:"))
     return total / 1024
+
+
+def settled(pid: int, quiet_seconds: float = 1.0, at_most: float = 120.0) -> None:
+    """Wait until the service and everything under it spent no CPU for `quiet_seconds`:
+    every server imported and every pool full, as a deployment has them after its start
+    (their start takes seconds, and would otherwise be measured as the first calls' time)."""
+
+    def cpu_ticks() -> int:
+        ticks = 0
+        for each in _tree(pid):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks
+
+    deadline, last = time.monotonic() + at_most, -1
+    while time.monotonic() < deadline and (now := cpu_ticks()) != last:
+        last = now
+        time.sleep(quiet_seconds)
 
 
 def memory_table(key: str, warm: int, scientific: int) -> dict[str, str]:
@@ -200,7 +225,7 @@ def memory_table(key: str, warm: int, scientific: int) -> dict[str, str]:
     main = {}
     for side, count in (("without scientific", 0), ("with scientific", scientific)):
         with sandbox_root() as root, service(root, key, warm=warm, scientific=count) as (_, pid):
-            time.sleep(20)  # every server imported, every pool full
+            settled(pid)
             mib = memory_at_rest(pid)
         print(f"{side:<20}{mib:8.0f}")
         main[f"memory {side}"] = f"{mib:.0f} MiB"
@@ -215,11 +240,11 @@ def run(args: argparse.Namespace) -> None:
     key = secrets.token_urlsafe(24)
     print(f"machine: {machine()}; load average at start {os.getloadavg()[0]:.2f}")
     with sandbox_root() as warm_root, sandbox_root() as cold_root, ExitStack() as stack:
-        warm_url, _ = stack.enter_context(
+        warm_url, warm_pid = stack.enter_context(
             service(warm_root, key, warm=args.warm, runs=THROUGHPUT_SLOTS, scientific=args.scientific)
         )
         cold_url, _ = stack.enter_context(service(cold_root, key, runs=THROUGHPUT_SLOTS))
-        time.sleep(3)  # the warm service's servers, as a deployment has them after its start
+        settled(warm_pid)
         main = latency_table(warm_url, key, args.calls, stack, args.only)
         if not args.only:
             main |= throughput_table(

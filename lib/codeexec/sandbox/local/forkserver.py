@@ -23,8 +23,9 @@ processes follow:
   It reaps; when the program ends it kills and reaps what the program left running and
   reports the exit status.
 - the **program**, pid 2: right away it drops every capability and loads the seccomp
-  filter cold runs load, is made ready by the interpreter (zygote.ahead: its own random
-  seeds, the pages a run writes first copied now), then waits for its run. Only then does it take its stdout and
+  filter cold runs load, is made ready by the interpreter (zygote.ready: its own random
+  seeds, and for a run made ahead the pages a run writes first, copied now), then waits
+  for its run. Only then does it take its stdout and
   stderr, set its CPU limit (its clock started at its fork: a fork's CPU time starts at
   zero) and run the program: Python in this very interpreter (zygote.py), or any command
   line by exec.
@@ -113,7 +114,7 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 
 # --- the wire: every message between the service, a server and a run, named ---------------
 #
-#   service -> server    FORK     a run made ahead, at a priority: its control socket, its cgroup.procs
+#   service -> server    FORK     a ForkOrder; the run's control socket, its cgroup.procs
 #   server  -> service   HELLO    "server": imported, ready to fork
 #   run     -> service   HELLO    "init", then "program": each where it should be
 #   service -> init      RUN      a RunOrder; the session's mount, stdout, stderr, the files
@@ -126,6 +127,16 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 # credentials, which the kernel gives the service as host pids (SO_PASSCRED).
 
 FORK, HELLO, RUN, STARTED, EXIT, ERROR = "fork", "hello", "run", "started", "exit", "error"
+
+
+@dataclass(frozen=True)
+class ForkOrder:
+    """A run to make: its processes at `nice` from their start (the service gives a run its
+    normal priority back at its hand-over), and `ahead` of any run that wants it, with time
+    for the interpreter to make it ready (zygote.ahead), or for a run waiting now."""
+
+    nice: int
+    ahead: bool
 
 
 @dataclass(frozen=True)
@@ -153,10 +164,8 @@ class Said:
             os.close(fd)
 
 
-def order_fork(server: socket.socket, nice: int, run_control: int, procs: Sequence[int]) -> None:
-    """A run made ahead, its processes at `nice` from their start (the service gives a
-    run its normal priority back at its hand-over)."""
-    _send(server, FORK, nice, [run_control, *procs])
+def order_fork(server: socket.socket, order: ForkOrder, run_control: int, procs: Sequence[int]) -> None:
+    _send(server, FORK, asdict(order), [run_control, *procs])
 
 
 def say_hello(sock: socket.socket, who: str) -> None:
@@ -263,7 +272,7 @@ class _Loaded:
     config: Config
     seccomp: bytes
     files: dict[str, bytes]
-    ahead: Callable[[], None]  # in a run made ahead, before its run comes
+    ready: Callable[[bool], None]  # in a run, before it comes: (made ahead of any run that wants it)
     interpret: Interpret
 
 
@@ -282,14 +291,14 @@ def own_pid_namespace() -> None:
         os._exit(os.waitstatus_to_exitcode(os.waitpid(server, 0)[1]) & 0xFF)
 
 
-def serve(control: socket.socket, config: Config, ahead: Callable[[], None], interpret: Interpret) -> NoReturn:
+def serve(control: socket.socket, config: Config, ready: Callable[[bool], None], interpret: Interpret) -> NoReturn:
     """Fork a run's init for each `fork` message, until the service closes the socket."""
     # Children are reaped by the kernel: the server never waits on a run.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     _bounding_set()
     files = {path: _read(path) for path in config.files}
-    loaded = _Loaded(config, _read(config.seccomp), files, ahead, interpret)
+    loaded = _Loaded(config, _read(config.seccomp), files, ready, interpret)
     say_hello(control, "server")
     while True:
         said = read(control)
@@ -298,7 +307,7 @@ def serve(control: socket.socket, config: Config, ahead: Callable[[], None], int
         try:
             if _fork_into_new_pid_namespace(own) == 0:
                 os.close(own)
-                _exit_on_error(said.fds[0], _init, control, said.fds, said.value, loaded)
+                _exit_on_error(said.fds[0], _init, control, said.fds, ForkOrder(**said.value), loaded)
         except OSError as error:  # no fork now (a process limit): that run says so, the server goes on
             with socket.socket(fileno=os.dup(said.fds[0])) as report:
                 say_error(report, str(error))
@@ -329,12 +338,12 @@ def _exit_on_error(ctl: int, body: Callable[..., None], *args: Any) -> NoReturn:
     os._exit(0)
 
 
-def _init(control: socket.socket, fds: list[int], nice: int, loaded: _Loaded) -> None:
+def _init(control: socket.socket, fds: list[int], order: ForkOrder, loaded: _Loaded) -> None:
     control.close()
     ctl_fd, *procs = fds
     _quiet()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.setpriority(os.PRIO_PROCESS, 0, nice)  # the program, forked below, inherits it
+    os.setpriority(os.PRIO_PROCESS, 0, order.nice)  # the program, forked below, inherits it
     ctl = socket.socket(fileno=ctl_fd)
     for fd in procs:  # into the run's cgroup: every process of the run is born inside
         os.write(fd, b"0")
@@ -348,7 +357,7 @@ def _init(control: socket.socket, fds: list[int], nice: int, loaded: _Loaded) ->
     program = os.fork()
     if program == 0:
         handoff.close()
-        _program(ctl, program_end, loaded)
+        _program(ctl, program_end, order.ahead, loaded)
     program_end.close()
     # Once it drops its capabilities the init holds what the program holds, the same uid:
     # dumpable, the program could take its descriptors (pidfd_getfd) or rewrite it
@@ -360,11 +369,11 @@ def _init(control: socket.socket, fds: list[int], nice: int, loaded: _Loaded) ->
     said = read(ctl)
     if said.kind is None:  # the run made ahead was closed unused: the program ends with this namespace
         os._exit(0)
-    order = run_order(said)
-    _hand_over(order, said.fds)
+    run = run_order(said)
+    _hand_over(run, said.fds)
     _drop_privileges(loaded.seccomp)
     say_started(ctl)
-    order_run(handoff, order, said.fds[1:3])
+    order_run(handoff, run, said.fds[1:3])
     said.close_fds()
     handoff.close()
     code = os.waitstatus_to_exitcode(_reap_until(program))
@@ -467,12 +476,12 @@ def _drop_privileges(seccomp: bytes) -> None:
     _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, program, 0, 0), "seccomp")
 
 
-def _program(ctl: socket.socket, handoff: socket.socket, loaded: _Loaded) -> NoReturn:
-    """Confined at once, made ready ahead (the interpreter's part), then the run: from the
-    moment its output is the run's, what fails is the program's to say, on its own stderr."""
+def _program(ctl: socket.socket, handoff: socket.socket, ahead: bool, loaded: _Loaded) -> NoReturn:
+    """Confined at once, made ready (the interpreter's part), then the run: from the moment
+    its output is the run's, what fails is the program's to say, on its own stderr."""
     try:
         _drop_privileges(loaded.seccomp)
-        loaded.ahead()
+        loaded.ready(ahead)
         say_hello(ctl, "program")
     except BaseException as error:
         say_error(ctl, error)

@@ -189,15 +189,14 @@ class Server:
         if _REFILL_NICE:
             os.setpriority(os.PRIO_PROCESS, hello.pid, 0)
 
-    def fork(self, nice: int) -> ReadyRun | None:
-        """A run made ahead, its processes at `nice` until its hand-over; None once the
-        server is retired."""
+    def fork(self, order: forkserver.ForkOrder) -> ReadyRun | None:
+        """A run, as `order` says; None once the server is retired."""
         with self._lock:
             if self._retired:
                 return None
             self.forked += 1
             self._out += 1
-        return ReadyRun(self, nice)  # which releases it once, however it ends
+        return ReadyRun(self, order)  # which releases it once, however it ends
 
     def expired(self) -> bool:
         return self.forked >= _SERVER_RUNS or time.monotonic() - self.born > _SERVER_SECONDS
@@ -249,10 +248,10 @@ class ReadyRun:
     """A run made ahead: its init and program forked from a server, in namespaces and a
     cgroup of their own, waiting for their session (forkserver.py)."""
 
-    def __init__(self, server: Server, nice: int):
+    def __init__(self, server: Server, order: forkserver.ForkOrder):
         self.server = server
         self.limits = server.confinement.limits
-        self.nice = nice
+        self.nice = order.nice
         self.cgroup = cgroups.RunCgroup(server.confinement.cgroup_parents)
         self.pids: dict[str, int] = {}  # host pids: init, program
         self.pidfd: int | None = None  # the init's: killing it ends the run's PID namespace
@@ -267,7 +266,7 @@ class ReadyRun:
                 self.cgroup.create(self.limits.memory_bytes, self.limits.max_processes)
                 entries = self.cgroup.entries()
                 try:
-                    forkserver.order_fork(server.control, nice, theirs.fileno(), entries)
+                    forkserver.order_fork(server.control, order, theirs.fileno(), entries)
                 finally:
                     for fd in entries:
                         os.close(fd)
@@ -570,7 +569,7 @@ class Pool:
         if self.closed or server is None or not server.alive():
             return None
         try:
-            ready = server.fork(0)
+            ready = server.fork(forkserver.ForkOrder(nice=0, ahead=False))
         except Exception:
             log.exception("a run could not be forked on demand; it runs cold")
             return None
@@ -598,7 +597,7 @@ class Pool:
                     # At low priority while the pool has half its runs ready; past that, runs
                     # are about to be forked on demand: the same work, better done ahead.
                     nice = _REFILL_NICE if len(self._ready) >= self.size / 2 else 0
-                    ready = self._current_server().fork(nice)
+                    ready = self._current_server().fork(forkserver.ForkOrder(nice, ahead=True))
                 except Exception:
                     if self.closed:  # closed while it was made (the service is ending): no failure
                         return

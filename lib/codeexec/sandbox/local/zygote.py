@@ -164,7 +164,7 @@ def share_as_huge_pages() -> None:
 
 
 # The pages of the server's memory that a run writes first, found once in the server
-# (find_hot_pages): each run made ahead copies them before its run comes (ahead).
+# (find_hot_pages): each run made ahead copies them before its run comes (ready).
 _hot_pages: list[tuple[int, int]] = []
 
 
@@ -211,13 +211,14 @@ def _pages_held_alone(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return runs
 
 
-def ahead() -> None:
-    """In a run made ahead, before its run comes: its own seeds, and copies of the pages a
-    run writes first, made now rather than on the run's clock (a pyplot chart 16 ms
-    sooner, a seaborn one 25; every run made ahead holds them: 12 MiB, 27 with the
-    scientific libraries)."""
+def ready(ahead: bool) -> None:
+    """In a run, before its program comes: its own seeds, and if it is made `ahead` of any
+    run that wants it, copies of the pages a run writes first, made now rather than on the
+    run's clock (a pyplot chart 16 ms sooner, a seaborn one 25; each run made ahead holds
+    them: 12 MiB, 27 with the scientific libraries). A run made for a caller waiting now
+    goes without: copying them all would keep it waiting longer than its program."""
     reseed()
-    for start, pages in _hot_pages:
+    for start, pages in _hot_pages if ahead else ():
         if _libc.madvise(start, pages * _PAGE, _MADV_POPULATE_WRITE) != 0 and ctypes.get_errno() == errno.EINVAL:
             return  # a kernel before 5.14: the run copies them as it goes
 
@@ -274,7 +275,7 @@ def main() -> None:
     share_as_huge_pages()
     _hot_pages.extend(find_hot_pages(config.warm_ups))
     control = socket.socket(fileno=int(sys.argv[sys.argv.index("--control") + 1]))
-    forkserver.serve(control, config, ahead, exit_code)
+    forkserver.serve(control, config, ready, exit_code)
 
 
 if __name__ == "__main__":
