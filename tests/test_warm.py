@@ -463,7 +463,7 @@ def test_a_fork_that_fails_leaves_its_server_to_end_with_its_pool(
     with monkeypatch.context() as patched:
         patched.setattr(cgroups.RunCgroup, "create", refused)
         with pytest.raises(OSError):
-            server.fork(forkserver.ForkOrder(nice=0, ahead=False))
+            server.fork(forkserver.ForkOrder(nice=0))
     bare.close()  # its runs made ahead end, and it is retired; the backend's threads live on
     deadline = time.monotonic() + 10
     while server.alive():

@@ -24,11 +24,11 @@ processes follow:
   reports the exit status.
 - the **program**, pid 2: right away it drops every capability and loads the seccomp
   filter cold runs load, is made ready by the interpreter (zygote.ready: its own random
-  seeds, and for a run made ahead the pages a run writes first, copied now), then waits
-  for its run. Only then does it take its stdout and
-  stderr, set its CPU limit (its clock started at its fork: a fork's CPU time starts at
-  zero) and run the program: Python in this very interpreter (zygote.py), or any command
-  line by exec.
+  seeds), then waits for its run; one that waits a while has the interpreter do meanwhile
+  what can wait (zygote.meanwhile: the pages a run writes first, copied before it comes).
+  Only then does it take its stdout and stderr, set its CPU limit (its clock started at
+  its fork: a fork's CPU time starts at zero) and run the program: Python in this very
+  interpreter (zygote.py), or any command line by exec.
 
 While the init still holds its capabilities the program cannot reach it (the kernel lets
 no process trace or read one that holds more than itself), and from before the program
@@ -50,6 +50,7 @@ import functools
 import json
 import os
 import resource
+import select
 import signal
 import socket
 import struct
@@ -132,11 +133,9 @@ FORK, HELLO, RUN, STARTED, EXIT, ERROR = "fork", "hello", "run", "started", "exi
 @dataclass(frozen=True)
 class ForkOrder:
     """A run to make: its processes at `nice` from their start (the service gives a run its
-    normal priority back at its hand-over), and `ahead` of any run that wants it, with time
-    for the interpreter to make it ready (zygote.ahead), or for a run waiting now."""
+    normal priority back at its hand-over)."""
 
     nice: int
-    ahead: bool
 
 
 @dataclass(frozen=True)
@@ -262,6 +261,12 @@ def load_config(path: str = CONFIG) -> Config:
 
 
 Interpret = Callable[[str, list[str]], int]  # runs a Python program, returns its exit code
+# What the interpreter does in each run: before it is ready, while it waits (until told to
+# stop), and its program.
+Interpreter = tuple[Callable[[], None], Callable[[Callable[[], bool]], None], Interpret]
+# A run made ahead waits this long for its run before it does what can wait: one taken
+# at once (calls back to back) never shares the CPU with that work.
+_IDLE_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -272,7 +277,8 @@ class _Loaded:
     config: Config
     seccomp: bytes
     files: dict[str, bytes]
-    ready: Callable[[bool], None]  # in a run, before it comes: (made ahead of any run that wants it)
+    ready: Callable[[], None]  # in a run, before it says it is ready
+    meanwhile: Callable[[Callable[[], bool]], None]  # then, while it waits, until its run comes
     interpret: Interpret
 
 
@@ -291,14 +297,14 @@ def own_pid_namespace() -> None:
         os._exit(os.waitstatus_to_exitcode(os.waitpid(server, 0)[1]) & 0xFF)
 
 
-def serve(control: socket.socket, config: Config, ready: Callable[[bool], None], interpret: Interpret) -> NoReturn:
+def serve(control: socket.socket, config: Config, interpreter: Interpreter) -> NoReturn:
     """Fork a run's init for each `fork` message, until the service closes the socket."""
     # Children are reaped by the kernel: the server never waits on a run.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     _bounding_set()
     files = {path: _read(path) for path in config.files}
-    loaded = _Loaded(config, _read(config.seccomp), files, ready, interpret)
+    loaded = _Loaded(config, _read(config.seccomp), files, *interpreter)
     say_hello(control, "server")
     while True:
         said = read(control)
@@ -357,7 +363,7 @@ def _init(control: socket.socket, fds: list[int], order: ForkOrder, loaded: _Loa
     program = os.fork()
     if program == 0:
         handoff.close()
-        _program(ctl, program_end, order.ahead, loaded)
+        _program(ctl, program_end, loaded)
     program_end.close()
     # Once it drops its capabilities the init holds what the program holds, the same uid:
     # dumpable, the program could take its descriptors (pidfd_getfd) or rewrite it
@@ -476,17 +482,21 @@ def _drop_privileges(seccomp: bytes) -> None:
     _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, program, 0, 0), "seccomp")
 
 
-def _program(ctl: socket.socket, handoff: socket.socket, ahead: bool, loaded: _Loaded) -> NoReturn:
+def _program(ctl: socket.socket, handoff: socket.socket, loaded: _Loaded) -> NoReturn:
     """Confined at once, made ready (the interpreter's part), then the run: from the moment
-    its output is the run's, what fails is the program's to say, on its own stderr."""
+    its output is the run's, what fails is the program's to say, on its own stderr. A run
+    made ahead that waits a while does the interpreter's work that can wait, as long as
+    its run has not come."""
     try:
         _drop_privileges(loaded.seccomp)
-        loaded.ready(ahead)
+        loaded.ready()
         say_hello(ctl, "program")
     except BaseException as error:
         say_error(ctl, error)
         os._exit(0)
     ctl.close()
+    if not _readable(handoff, _IDLE_SECONDS):
+        loaded.meanwhile(lambda: _readable(handoff, 0))
     said = read(handoff)
     handoff.close()
     if said.kind is None:  # the run made ahead was closed unused
@@ -507,6 +517,10 @@ def _program(ctl: socket.socket, handoff: socket.socket, ahead: bool, loaded: _L
     except OSError as error:
         os.write(2, f"{error}\n".encode(errors="replace"))
     os._exit(127)
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    return bool(select.select([sock], [], [], timeout)[0])
 
 
 def _default_signals() -> None:

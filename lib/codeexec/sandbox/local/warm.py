@@ -277,7 +277,7 @@ class ReadyRun:
 
     def _wait_ready(self) -> None:
         """Each of its two processes says hello once it is where it should be (the program
-        once it is made ready: zygote.ahead)."""
+        once it is made ready: zygote.ready)."""
         self.ctl.settimeout(_READY_SECONDS)
         try:
             while len(self.pids) < 2:
@@ -569,7 +569,7 @@ class Pool:
         if self.closed or server is None or not server.alive():
             return None
         try:
-            ready = server.fork(forkserver.ForkOrder(nice=0, ahead=False))
+            ready = server.fork(forkserver.ForkOrder(nice=0))
         except Exception:
             log.exception("a run could not be forked on demand; it runs cold")
             return None
@@ -597,7 +597,7 @@ class Pool:
                     # At low priority while the pool has half its runs ready; past that, runs
                     # are about to be forked on demand: the same work, better done ahead.
                     nice = _REFILL_NICE if len(self._ready) >= self.size / 2 else 0
-                    ready = self._current_server().fork(forkserver.ForkOrder(nice, ahead=True))
+                    ready = self._current_server().fork(forkserver.ForkOrder(nice))
                 except Exception:
                     if self.closed:  # closed while it was made (the service is ending): no failure
                         return
