@@ -266,7 +266,7 @@ Interpret = Callable[[str, list[str]], int]  # runs a Python program, returns it
 Interpreter = tuple[Callable[[], None], Callable[[Callable[[], bool]], None], Interpret]
 # A run made ahead waits this long for its run before it does what can wait: one taken
 # at once (calls back to back) never shares the CPU with that work.
-_IDLE_SECONDS = 0.5
+_IDLE_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
