@@ -177,19 +177,24 @@ def find_hot_pages(warm_ups: Sequence[str]) -> list[tuple[int, int]]:
     found, said = os.pipe()
     child = os.fork()
     if child == 0:
-        os.close(found)
-        with _quietly(), contextlib.suppress(Exception):
-            reseed()
-            for name in warm_ups:
-                _WARM_UPS[name]()
-        with os.fdopen(said, "w") as out:
-            json.dump(_pages_held_alone(spans), out)
-        os._exit(0)
+        try:  # whatever happens here, this fork never goes on as the server
+            os.close(found)
+            with _quietly(), contextlib.suppress(Exception):
+                reseed()
+                for name in warm_ups:
+                    _WARM_UPS[name]()
+            with os.fdopen(said, "w") as out:
+                json.dump(_pages_held_alone(spans), out)
+        finally:
+            os._exit(0)
     os.close(said)
-    with os.fdopen(found) as into:
-        hot = [(start, pages) for start, pages in json.load(into)]
-    os.waitpid(child, 0)
-    return hot
+    try:
+        with os.fdopen(found) as into:
+            return [(start, pages) for start, pages in json.load(into)]
+    except ValueError:  # no pagemap here: runs copy their pages as they go
+        return []
+    finally:
+        os.waitpid(child, 0)
 
 
 def _pages_held_alone(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
