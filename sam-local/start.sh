@@ -22,12 +22,22 @@ export SAM_CLI_TELEMETRY=0
 RUN=$(mktemp -d /tmp/cxsam-XXXXXX)  # short: containerd's socket paths hold 108 bytes
 runner="" sam=""
 
+# Asks a process to end with a signal, and kills it if it has not within the seconds given:
+# sam has been seen to hang after an interrupt (a CI run, under load), and a Ctrl-C that
+# never returns would leave the engine, whose data root the next engine needs, running.
+end() {  # pid signal seconds
+  kill -"$2" "$1" 2>/dev/null || return 0
+  for _ in $(seq "$3"); do kill -0 "$1" 2>/dev/null || break; sleep 1; done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+
 stop() {
   trap - EXIT INT TERM
   # sam removes its warm containers on an interrupt; then the runner, then the engine with
   # whatever container is left.
-  [ -z "$sam" ] || { kill -INT "$sam" 2>/dev/null || true; wait "$sam" 2>/dev/null || true; }
-  [ -z "$runner" ] || { kill "$runner" 2>/dev/null || true; wait "$runner" 2>/dev/null || true; }
+  [ -z "$sam" ] || end "$sam" INT 30
+  [ -z "$runner" ] || end "$runner" TERM 30
   left=$(docker ps -aq 2>/dev/null || true)
   [ -z "$left" ] || docker rm -f $left >/dev/null 2>&1 || true
   "$HERE/dockerd.sh" stop "$RUN" >/dev/null 2>&1 || true
