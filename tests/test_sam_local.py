@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,13 +76,24 @@ def sam_local(sandbox_root: Path, tmp_path: Path) -> Iterator[str]:
             time.sleep(1)
         yield f"{base}/v1"
     finally:
-        os.killpg(make.pid, signal.SIGINT)  # Ctrl-C, as at a terminal
-        try:
-            make.wait(timeout=180)
-        except subprocess.TimeoutExpired:
-            os.killpg(make.pid, signal.SIGKILL)
-            raise
+        _stop(make)
     assert _ours() <= before, f"make sam-local left processes behind: {log.read_text()[-3000:]}"
+
+
+def _stop(make: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C, as at a terminal. In two fresh-clone CI runs (never alone, nor after the
+    suites before it) the interrupt went unanswered for minutes, and the engine left behind
+    held the data root every later Docker test needs: so a make still there a minute later
+    is asked again with SIGTERM (start.sh stops everything on either), and killed last."""
+    for asked, seconds in ((signal.SIGINT, 60), (signal.SIGTERM, 60)):
+        os.killpg(make.pid, asked)
+        try:
+            make.wait(timeout=seconds)
+            return
+        except subprocess.TimeoutExpired:
+            warnings.warn(f"make sam-local did not stop {seconds} s after {asked.name}", stacklevel=1)
+    os.killpg(make.pid, signal.SIGKILL)
+    raise AssertionError("make sam-local stopped on neither SIGINT nor SIGTERM")
 
 
 def test_the_g1_client_and_librechats_file_calls_through_make_sam_local(sam_local: str) -> None:
