@@ -7,9 +7,7 @@ malformed body, an unknown route) are mapped beside it.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -53,7 +51,7 @@ def create_app(
     admission = Admission(runs, settings.max_concurrent_uploads)
     sessions = Sessions(sandboxes or make_sandboxes(settings), limits, large_files, admission.run_slot)
     programs = Programs(sessions, Tokens(_token_secret(settings, api_key)))
-    app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None, lifespan=_closing(sessions.sandboxes))
+    app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None)
     app.state.service = Service(settings, sessions, programs, make_authenticator(settings, api_key), admission)
     for module in (health, execute, programmatic, files):
         app.include_router(module.router)
@@ -62,19 +60,6 @@ def create_app(
     for kind, handler in (handlers | {ClientDisconnect: _client_left}).items():
         app.add_exception_handler(kind, handler)
     return app
-
-
-def _closing(sandboxes: Sandboxes) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """The backend lets go of what it holds when the server stops (its warm servers)."""
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            sandboxes.close()
-
-    return lifespan
 
 
 def _token_secret(settings: Settings, api_key: Callable[[], str | None]) -> Callable[[], bytes | None]:
