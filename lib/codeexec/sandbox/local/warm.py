@@ -419,7 +419,7 @@ class WarmPools:
         self._teardown = threading.Thread(target=self._end_runs, name="warm-teardown", daemon=True)
         self._starter = threading.Thread(target=self._start_servers, name="warm-server", daemon=True)
         self._stop_r, self._stop_w = os.pipe()  # a byte in it: a server starting now is not wanted
-        if not any(size > 0 for size in sizes.values()) or not _possible(confinement):
+        if not any(size > 0 for size in sizes.values()) or not _possible():
             self.pools: dict[str, Pool] = {}
             return
         self._teardown.start()
@@ -502,7 +502,7 @@ class WarmPools:
                 log.exception("a warm sandbox's run did not end cleanly")
 
 
-def _possible(confinement: Confinement) -> bool:
+def _possible() -> bool:
     """Whether runs can be made ahead as strong as cold ones here; the log says why not."""
     if os.geteuid() != 0:
         log.warning("warm sandboxes are off: the service is not root (it hands each run its session's mount)")
