@@ -72,12 +72,19 @@ def json_of(response: dict[str, Any]) -> Any:
     return json.loads(body_of(response))
 
 
-def printed(stdout: str) -> tuple[list[dict[str, Any]], list[dict[str, float]]]:
-    """The structured log lines a function printed, and its metrics: one dict per EMF document."""
+def printed(stdout: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The structured log lines a function printed, and its metrics: one dict per EMF
+    document, each metric's value and each dimension's."""
     documents = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     return [d for d in documents if "_aws" not in d], [_metrics(d) for d in documents if "_aws" in d]
 
 
-def _metrics(emf: dict[str, Any]) -> dict[str, float]:
-    names = [m["Name"] for directive in emf["_aws"]["CloudWatchMetrics"] for m in directive["Metrics"]]
-    return {name: sum(emf[name]) for name in names}
+def _metrics(emf: dict[str, Any]) -> dict[str, Any]:
+    directives = emf["_aws"]["CloudWatchMetrics"]
+    names = [m["Name"] for directive in directives for m in directive["Metrics"]]
+    dimensions = {d for directive in directives for group in directive["Dimensions"] for d in group}
+    return {d: emf[d] for d in dimensions} | {name: _sum(emf[name]) for name in names}
+
+
+def _sum(value: float | list[float]) -> float:
+    return sum(value) if isinstance(value, list) else value

@@ -26,16 +26,17 @@ from codeexec.settings import Settings
 from .calls import names, run, upload
 from .conftest import API_KEY
 from .helpers.images import png_size
+from .serving import Services
 
 ROOT = Path(__file__).parent.parent
 TASKS = sorted((Path(__file__).parent / "tasks").glob("*.toml"))
 
 
 @pytest.fixture
-def client(settings: Settings) -> TestClient:
+def client(settings: Settings, services: Services) -> TestClient:
     # LibreOffice and Chromium start in a few seconds alone; a shared CI machine needs room.
     roomy = settings.model_copy(update={"run_timeout_seconds": 90})
-    return TestClient(create_app(roomy), headers={"X-API-Key": API_KEY})
+    return TestClient(create_app(services(roomy)), headers={"X-API-Key": API_KEY})
 
 
 def _quiet(body: dict, allowed: list[str]) -> None:
@@ -146,8 +147,10 @@ pip list | grep -E '^(numpy|pandas) '
     assert "No module named pip" in body["stderr"]
 
 
-def test_thread_counts_follow_run_cpus(settings: Settings) -> None:
-    client = TestClient(create_app(settings.model_copy(update={"run_cpus": 2})), headers={"X-API-Key": API_KEY})
+def test_thread_counts_follow_run_cpus(settings: Settings, services: Services) -> None:
+    client = TestClient(
+        create_app(services(settings.model_copy(update={"run_cpus": 2}))), headers={"X-API-Key": API_KEY}
+    )
     code = """
 import os, threadpoolctl, numpy
 pools = {pool["internal_api"]: pool["num_threads"] for pool in threadpoolctl.threadpool_info()}

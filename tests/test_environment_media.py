@@ -17,13 +17,14 @@ from codeexec.settings import Settings
 from .calls import names, run
 from .conftest import API_KEY
 from .helpers.media import gif_frames, mp3_frames, mp4_box, mp4_boxes, mp4_video_frames
+from .serving import Services
 
 
 @pytest.fixture
-def client(settings: Settings) -> TestClient:
+def client(settings: Settings, services: Services) -> TestClient:
     # A Jupyter kernel and ffmpeg start in seconds alone; a shared CI machine needs room.
     roomy = settings.model_copy(update={"run_timeout_seconds": 90})
-    return TestClient(create_app(roomy), headers={"X-API-Key": API_KEY})
+    return TestClient(create_app(services(roomy)), headers={"X-API-Key": API_KEY})
 
 
 def _download(client: TestClient, body: dict, name: str) -> bytes:

@@ -153,9 +153,10 @@ def test_logs_carry_the_request_id_and_no_body_or_key(api: ModuleType, capsys: p
     api.handler(event, Context())
     out = capsys.readouterr().out
     logs, _ = printed(out)
-    answered = [line for line in logs if line["message"] == "answered"]
-    assert answered[-1]["correlation_id"] == event["requestContext"]["requestId"]
-    assert (answered[-1]["route"], answered[-1]["status"]) == ("POST /v1/exec", 200)
+    [answered] = [line for line in logs if line["message"] == "call" and line["route"] == "/v1/exec"]
+    assert answered["request_id"] == event["requestContext"]["requestId"]  # API Gateway's, as no X-Request-Id came
+    told = (answered["status"], answered["lang"], answered["outcome"], answered["session"])
+    assert told == (200, "py", "ok", session)
     for secret in (SAM_LOCAL_KEY, "csv.DictReader", "apple,3"):
         assert secret not in out
 
@@ -166,12 +167,14 @@ def test_metrics_count_runs_and_failures(
     session = upload(api)
     call(api, "exec", {SAMPLE_SESSION: session})
     _, metrics = printed(capsys.readouterr().out)
-    assert (metrics[-1]["Runs"], metrics[-1]["Failures"]) == (1, 0)
+    assert (metrics[-1]["Runs"], metrics[-1]["Failures"], metrics[-1]["RunTimeouts"]) == (1, 0, 0)
+    [by_language] = [m for m in metrics if "RunsByLanguage" in m]
+    assert (by_language["Language"], by_language["Outcome"]) == ("py", "ok")
 
     def unavailable(*args: object, **kwargs: object) -> None:
         raise BackendUnavailable("the backend is down")
 
-    monkeypatch.setattr(api.asgi.app.state.service.sessions.sandboxes, "create", unavailable)
+    monkeypatch.setattr(api.service.sandboxes, "create", unavailable)
     assert call(api, "upload")["statusCode"] == 503
     _, metrics = printed(capsys.readouterr().out)
     assert metrics[-1]["Failures"] == 1
@@ -190,7 +193,8 @@ def test_the_reaper_ends_idle_sessions_only(
     schedule = load_event("reaper")
 
     reaper = cold_start(monkeypatch, "handlers.reaper", env)
-    assert reaper.handler(schedule, Context()) == {"seen": 1, "ended": 0, "skipped": 0, "failed": 0}
+    report = reaper.handler(schedule, Context())
+    assert (report["seen"], report["ended"], report["skipped"], report["failed"]) == (1, 0, 0, 0)
     assert call(api, "files", {SAMPLE_SESSION: session})["statusCode"] == 200
 
     reaper = cold_start(monkeypatch, "handlers.reaper", {**env, "IDLE_TIMEOUT_SECONDS": "0"})
@@ -227,9 +231,9 @@ def test_every_sample_event_is_exercised() -> None:
 def test_the_functions_import_no_server(env: dict) -> None:
     """The functions' layer (lib/requirements.txt) carries no uvicorn: what the handlers
     import must not need it (Lambda would answer every call 'Unable to import module')."""
-    code = "import sys, handlers.api, handlers.reaper; print('uvicorn' in sys.modules)"
+    code = "import sys, handlers.api, handlers.reaper; print({'uvicorn', 'prometheus_client'} & set(sys.modules))"
     root = Path(__file__).resolve().parents[1]
     argv = [sys.executable, "-c", code]
     done = subprocess.run(argv, env={**os.environ, **env}, cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
+    assert done.stdout.strip() == "set()"

@@ -103,7 +103,7 @@ def test_init_makes_nothing_unique(monkeypatch: pytest.MonkeyPatch, env: dict[st
     deployed = {"SANDBOX_BACKEND": "agentcore", "AWS_REGION": "us-east-1", "LARGE_FILES_BUCKET": "large"}
     api = cold_start(monkeypatch, "handlers.api", env | deployed)
     assert drawn == []
-    assert api.asgi.app.state.service.sessions.large_files.bucket == "large"
+    assert api.service.sessions.large_files.bucket == "large"
     # The recorder sees draws: a request makes some (the AgentCore session's client token).
     upload_with(api, KEY)
     assert "uuid4" in drawn

@@ -94,7 +94,7 @@ class Authenticator:
         if "jwt" in self._modes and token is not None:
             identity = self._verified(token)
             return Caller(identity.org, identity.user)
-        raise Unauthorized(self._what_to_change(bearer=token is not None))
+        raise Unauthorized(self._what_to_change(bearer=token is not None), reason="missing")
 
     def _what_to_change(self, bearer: bool) -> str:
         """Why a call without a usable credential is refused, naming the settings of both
@@ -119,21 +119,22 @@ class Authenticator:
     def _check_key(self, given: str) -> None:
         expected = self._api_key()
         if not expected:
-            raise Unauthorized("the service has no API key configured (CODE_EXEC_API_KEY)")
+            raise Unauthorized("the service has no API key configured (CODE_EXEC_API_KEY)", reason="no_key_configured")
         if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise Unauthorized("wrong X-API-Key")
+            raise Unauthorized("wrong X-API-Key", reason="bad_key")
 
     def _verified(self, token: str) -> Identity:
         if self._tokens is None:
             raise Unauthorized(
                 "this service verifies no bearer tokens: set CODE_EXEC_JWT_PUBLIC_KEY (or CODE_EXEC_JWT_JWKS_URL) "
                 "to the public half of LibreChat's CODEAPI_JWT_PRIVATE_KEY_BASE64 "
-                f"(`python -m codeexec.keys` prints both sides' settings; see {DOCS_PAGE})"
+                f"(`python -m codeexec.keys` prints both sides' settings; see {DOCS_PAGE})",
+                reason="bearer_not_accepted",
             )
         try:
             return self._tokens.verify(token)
         except InvalidToken as exc:
-            raise Unauthorized(str(exc)) from exc
+            raise Unauthorized(str(exc), reason="expired_token" if exc.expired else "bad_token") from exc
 
 
 def make_authenticator(settings: Settings, api_key: Callable[[], str | None]) -> Authenticator:

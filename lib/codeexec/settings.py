@@ -83,6 +83,14 @@ class Settings(BaseSettings):
     # How long a new VM may take to answer before it counts as failed to boot.
     microvm_boot_seconds: float = 60.0
 
+    # What the servers tell (docs/operations.md): their log, one JSON object a line or text,
+    # and the port their Prometheus metrics listen on (0: none), the service's and the
+    # runner's apart, so that both can run on one host.
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    runner_metrics_port: int = Field(default=9465, ge=0, le=65535)
+
     lease_ttl_seconds: int = 86_400  # LibreChat re-uploads files older than 23 hours
     idle_timeout_seconds: int = 3_600
     # How often the embedded server's reaper runs (on Lambda, the schedule decides).

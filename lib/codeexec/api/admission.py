@@ -36,6 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from ..errors import RateLimited
+from ..telemetry import calls
 
 T = TypeVar("T")
 # Memory the service keeps for itself before it counts runs' memory.
@@ -94,11 +95,15 @@ class Shares:
                 f"this user has {held} {kind}s in flight, its share of the {self.slots} {kind} slots while"
                 " others may need them; try again shortly",
                 retry_after=_RETRY_SECONDS,
+                reason="share",
             )
         if named and self._sessions[named] >= SESSION_CALLS:
-            raise RateLimited(f"this session has {SESSION_CALLS} {kind}s in flight already", retry_after=_RETRY_SECONDS)
+            said = f"this session has {SESSION_CALLS} {kind}s in flight already"
+            raise RateLimited(said, retry_after=_RETRY_SECONDS, reason="session")
         if self._users.total() >= self._most:
-            raise RateLimited(f"all {self.slots} {kind} slots are taken; try again shortly", retry_after=_RETRY_SECONDS)
+            raise RateLimited(
+                f"all {self.slots} {kind} slots are taken; try again shortly", retry_after=_RETRY_SECONDS, reason="full"
+            )
 
 
 class Admission:
@@ -119,7 +124,7 @@ class Admission:
         `session` is the one the call names (it may wait for it), None for a new one."""
         leave = self._run_calls.enter(user, session)
         try:
-            future = self._run_threads.submit(work)
+            future = self._run_threads.submit(calls.carried(work))
         except BaseException:
             leave()
             raise
@@ -130,7 +135,9 @@ class Admission:
     def run_slot(self) -> Iterator[None]:
         """One of the run slots, for a run that holds its session now."""
         if not self._run_slots.acquire(blocking=False):
-            raise RateLimited(f"all {self.runs} run slots are taken; try again shortly", retry_after=_RETRY_SECONDS)
+            raise RateLimited(
+                f"all {self.runs} run slots are taken; try again shortly", retry_after=_RETRY_SECONDS, reason="full"
+            )
         try:
             yield
         finally:

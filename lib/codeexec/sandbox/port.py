@@ -35,9 +35,9 @@ import base64
 import contextlib
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, BinaryIO
 
@@ -214,6 +214,10 @@ class RunResult:
     stderr: str
     exit_code: int | None  # None when the run was stopped
     hits: tuple[LimitHit, ...] = ()
+    # How it was launched, for the metrics: forked from a warm server, or cold; None where
+    # the backend does not say (AgentCore).
+    warm: bool | None = None
+    seconds: float | None = None  # how long the program ran, where the backend measured it
 
     @property
     def stdout_cut(self) -> bool:
@@ -323,6 +327,30 @@ class SendTo:
 RunSlot = Callable[[], AbstractContextManager[None]]
 
 
+@dataclass(frozen=True)
+class PoolLoad:
+    """One kind of warm server's pool: runs made ahead ready now, and the runs that wanted
+    that kind, served warm (hits) or launched cold (misses), since the process started."""
+
+    ready: int
+    hits: int
+    misses: int
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """What one host of sandboxes holds now, as it last said, for the metrics and the
+    console: the `local` backend's own host, or each runner of a fleet."""
+
+    name: str  # "local", or a runner's index
+    state: str  # up, down, or refused (a runner claiming another index)
+    runs: int = 0  # under way
+    sessions: int = 0
+    bytes_used: int = 0  # of its sessions' disk
+    bytes_limit: int = 0  # that disk's size
+    pools: Mapping[str, PoolLoad] = field(default_factory=dict)
+
+
 class Sandboxes(ABC):
     """A sandbox backend: the coarse operations a route needs, one request each on a
     remote backend, and the reaper's. Backends set `languages` and `named_sessions`."""
@@ -348,6 +376,11 @@ class Sandboxes(ABC):
         """Let go of what the backend holds besides its sandboxes (warm servers, connections),
         as the service stops; a backend that holds nothing has nothing to do."""
         return None
+
+    def hosts(self) -> list[HostLoad]:
+        """What each host of this backend's sandboxes holds now, from what the backend knows
+        already (a scrape never walks a disk); a backend of cloud sandboxes has none to tell."""
+        return []
 
     # -- coarse operations ------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ one. Programmatic tool calling composes these same pieces (codeexec.programmatic
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import BinaryIO
@@ -24,6 +25,7 @@ from ..errors import BadRequest
 from ..languages import canonical
 from ..large_files import LargeFiles
 from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, RunSlot, Sandboxes, SendTo
+from ..telemetry import calls
 from ..wire import ExecRequest, RunRequest
 from . import inputs, outputs, placement
 from .access import changing, reading, run_key
@@ -79,12 +81,14 @@ class Sessions:
     # -- reads --------------------------------------------------------------------------
 
     def list_files(self, caller: Caller, session_id: str) -> list[FileInfo]:
+        calls.note_session(session_id, caller.owner.tag())
         return self.sandboxes.list_files(session_id, reading(caller))
 
     def download(self, caller: Caller, session_id: str, file_id: str) -> Download:
         """The file's bytes, or, when it is large and a bucket is configured, the file put
         in the bucket: by the sandbox itself where its backend can send files (the bytes
         then never pass through here), else from here."""
+        calls.note_session(session_id, caller.owner.tag())
         large = self.large_files
         key = large.new_key() if large else None
         send_to = SendTo(large.put_url(key), large.from_bytes) if large and key else None
@@ -98,12 +102,14 @@ class Sessions:
         return Download(opened.info, key=key)
 
     def stat(self, caller: Caller, session_id: str, file_id: str) -> FileInfo:
+        calls.note_session(session_id, caller.owner.tag())
         return self.sandboxes.stat_file(session_id, reading(caller), file_id)
 
     # -- changes ------------------------------------------------------------------------
 
     def remove(self, caller: Caller, session_id: str, file_id: str) -> str:
         """Remove one file; returns its path."""
+        calls.note_session(session_id, caller.owner.tag())
         return self.sandboxes.remove_file(session_id, changing(caller), file_id)
 
     def upload(
@@ -134,7 +140,9 @@ class Sessions:
             where = Placement(changing(caller), (session_id,), new=False)
         else:
             where = Placement(changing(caller), shared=terms.shared, read_only=terms.read_only)
-        return self.sandboxes.write_files(where, named(), self.limits.max_upload_bytes), paths
+        session = self.sandboxes.write_files(where, named(), self.limits.max_upload_bytes)
+        calls.note_session(session, caller.owner.tag())
+        return session, paths
 
     def execute(
         self, caller: Caller, request: ExecRequest, stateful: bool = False, run_key: str | None = None
@@ -150,7 +158,11 @@ class Sessions:
 
     def run(self, run: Run) -> Ran:
         """A run through the port, in one of the service's run slots."""
-        return self.sandboxes.execute(run, slot=self.run_slot)
+        started = time.perf_counter()
+        ran = self.sandboxes.execute(run, slot=self.run_slot)
+        calls.note_session(ran.session_id, run.placement.access.owner)
+        calls.note_run(run.program.lang, ran.result, time.perf_counter() - started)
+        return ran
 
     def report(self, ran: Ran, request: RunRequest, where: Placement) -> Report:
         """The domain's answer to a run: what it wrote, what it said, and the notes on its

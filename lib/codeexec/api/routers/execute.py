@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ...sessions.placement import first_named
+from ...telemetry import calls
 from ...wire import ExecRequest
 from ..dependencies import CallerDep, ServiceDep
 from ..replies import exec_reply
@@ -18,6 +19,7 @@ router = APIRouter()
 
 @router.post(EXEC_PATH)
 async def execute(body: ExecRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
+    calls.note_lang(body.lang)
     profile, key = stateful(request), cancel_key(request, caller)
     caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
     work = lambda: exec_reply(service.sessions.execute(caller, body, profile, key), body.lang)  # noqa: E731

@@ -27,7 +27,6 @@ rename is atomic, so a session is either whole and addressable or gone, never ha
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
 import json
@@ -36,6 +35,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -45,7 +45,7 @@ from typing import BinaryIO
 from ... import ids
 from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound
 from ...languages import LANGUAGES
-from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
+from ..port import FileInfo, HostLoad, Lease, OwnerTag, Program, RunResult
 from . import bwrap, cgroups, files, owners
 from .engine import ComposedSandboxes
 from .launcher import Launcher
@@ -235,6 +235,8 @@ class LocalSandboxes(ComposedSandboxes):
         self.sandbox_user = (config.sandbox_uid, config.sandbox_gid)
         self.hold_wait_seconds = config.hold_wait_seconds
         self.runner_index = config.runner_index
+        self._runs_now = 0  # runs under way in this process
+        self._runs_lock = threading.Lock()
         self.storage = Storage.prepare(
             config.root, config.limits.max_session_bytes, config.sandbox_gid, config.image_bytes
         )
@@ -247,8 +249,8 @@ class LocalSandboxes(ComposedSandboxes):
         warm_sizes = {"py": config.warm_python, "scientific": config.warm_scientific, "bare": config.warm_sandboxes}
         self.launcher = Launcher(Confinement(self.limits, self.sandbox_user, self.cgroup_parents), warm_sizes)
         # The warm servers die with this process (bwrap --die-with-parent); the runs made
-        # ahead, and their cgroups, are ended by the launcher, at the latest at the exit.
-        atexit.register(self.close)
+        # ahead, and their cgroups, are ended by the launcher when the backend's owner
+        # closes it (api/service.py, runner/app.py), or swept at the next start.
 
     named_sessions = True
 
@@ -265,7 +267,6 @@ class LocalSandboxes(ComposedSandboxes):
 
     def close(self) -> None:
         self.launcher.close()
-        atexit.unregister(self.close)
 
     @contextlib.contextmanager
     def create(
@@ -332,22 +333,34 @@ class LocalSandboxes(ComposedSandboxes):
         if not self._run_file(_RUNS, run_key).exists() and self._too_many_cancels(run_key):
             self._sweep_cancels()
             if self._too_many_cancels(run_key):
-                raise RateLimited("too many cancels wait for runs that have not started; try again later")
+                said = "too many cancels wait for runs that have not started; try again later"
+                raise RateLimited(said, reason="cancels")
         marker.touch()
 
     @contextlib.contextmanager
     def running(self, run_key: str | None) -> Iterator[Callable[[], bool] | None]:
-        """A run in progress under `run_key`, for cancels to find; yields whether one came."""
-        if run_key is None:
-            yield None
-            return
-        entry, marker = self._run_file(_RUNS, run_key), self._run_file(_CANCELS, run_key)
-        entry.touch()
+        """A run in progress (counted), under `run_key` for cancels to find; yields whether one came."""
+        with self._counted():
+            if run_key is None:
+                yield None
+                return
+            entry, marker = self._run_file(_RUNS, run_key), self._run_file(_CANCELS, run_key)
+            entry.touch()
+            try:
+                yield marker.exists
+            finally:
+                entry.unlink(missing_ok=True)
+                marker.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        with self._runs_lock:
+            self._runs_now += 1
         try:
-            yield marker.exists
+            yield
         finally:
-            entry.unlink(missing_ok=True)
-            marker.unlink(missing_ok=True)
+            with self._runs_lock:
+                self._runs_now -= 1
 
     def _run_file(self, kind: str, run_key: str) -> Path:
         if not ids.is_file_id(run_key):
@@ -402,6 +415,11 @@ class LocalSandboxes(ComposedSandboxes):
     def session_count(self) -> int:
         """How many sessions this host holds (a fleet places new ones by it)."""
         return sum(1 for entry in os.scandir(self.root) if ids.is_session_id(entry.name))
+
+    def hosts(self) -> list[HostLoad]:
+        disk = shutil.disk_usage(self.root)  # the sessions' filesystem: statfs, no walk
+        name = "local" if self.runner_index is None else str(self.runner_index)
+        return [HostLoad(name, "up", self._runs_now, self.session_count(), disk.used, disk.total)]
 
     def leases(self) -> Iterator[Lease]:
         self._sweep_cancels()

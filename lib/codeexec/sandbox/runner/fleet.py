@@ -42,7 +42,22 @@ import httpx
 
 from ... import ids
 from ...errors import BackendUnavailable, SessionNotFound
-from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, RunSlot, Sandboxes, SendTo
+from ..port import (
+    Access,
+    Carried,
+    FileInfo,
+    HostLoad,
+    Input,
+    Lease,
+    Opened,
+    Placement,
+    PoolLoad,
+    Ran,
+    Run,
+    RunSlot,
+    Sandboxes,
+    SendTo,
+)
 from . import protocol
 from .client import RunnerClient, Unreachable
 from .sandboxes import RunnerPort, call_seconds
@@ -80,6 +95,7 @@ class Runner:
         self.port = RunnerPort(RunnerClient(url, config.key, config.timeout()))
         self.told: dict[str, Any] = {}  # its last /health
         self.up = False
+        self.refused = False  # it claims another index
         self.sent = 0  # this replica's calls to it in flight
         self.placed = 0  # sessions this replica placed on it since its last /health
         self._lock = threading.Lock()
@@ -91,7 +107,8 @@ class Runner:
         except BackendUnavailable:
             self._down("does not answer")
             return
-        if self._routed and health.get("index") != self.index:
+        self.refused = self._routed and health.get("index") != self.index
+        if self.refused:
             # Two runners claiming one index would mint each other's ids: this one gets nothing.
             self._down(f"says it is runner {health.get('index')} (RUNNER_INDEX), not {self.index}", error=True)
             return
@@ -106,6 +123,14 @@ class Runner:
             if self.up or error:
                 (log.error if error else log.warning)("sandbox runner %d at %s %s", self.index, self.url, why)
             self.up = False
+
+    def host(self) -> HostLoad:
+        """What it holds as it last said, and its state as this replica sees it."""
+        told = self.told
+        pools = {kind: PoolLoad(**pool) for kind, pool in told.get("pools", {}).items()}
+        state = "up" if self.up else "refused" if self.refused else "down"
+        return HostLoad(str(self.index), state, int(told.get("runs", 0)), int(told.get("sessions", 0)),
+                        int(told.get("bytes_used", 0)), int(told.get("bytes_limit", 0)), pools)  # fmt: skip
 
     def load(self) -> tuple[int, int]:
         return int(self.told.get("runs", 0)) + self.sent, int(self.told.get("sessions", 0)) + self.placed
@@ -166,6 +191,9 @@ class RunnerFleet(Sandboxes):
         if told is None:
             raise BackendUnavailable("no sandbox runner has answered yet", retry_after=2)
         return told[name]
+
+    def hosts(self) -> list[HostLoad]:
+        return [runner.host() for runner in self.runners]
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         runners = [{"index": r.index, "up": r.up} for r in self.runners]

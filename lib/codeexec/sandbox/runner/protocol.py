@@ -182,7 +182,10 @@ def ran_json(ran: Ran) -> dict[str, Any]:
     return {
         "session_id": ran.session_id,
         "created": ran.created,
-        "result": {"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code, "hits": hits},
+        "result": {
+            "stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code, "hits": hits,
+            "warm": result.warm, "seconds": result.seconds,
+        },  # fmt: skip
         "changes": asdict(ran.changes),
         "inputs": [asdict(p) for p in ran.inputs],
     }
@@ -196,7 +199,10 @@ def ran_of(data: dict[str, Any]) -> Ran:
     return Ran(
         str(data["session_id"]),
         bool(data["created"]),
-        RunResult(str(result["stdout"]), str(result["stderr"]), None if exit_code is None else int(exit_code), hits),
+        RunResult(
+            str(result["stdout"]), str(result["stderr"]), None if exit_code is None else int(exit_code), hits,
+            result.get("warm"), result.get("seconds"),
+        ),  # fmt: skip
         Changes(
             tuple(map(file_of, changes["created"])), tuple(map(file_of, changes["modified"])), tuple(changes["deleted"])
         ),
