@@ -26,6 +26,9 @@ class Settings(BaseSettings):
 
     # Auth. No key configured means every route but /health answers 401: fail closed.
     code_exec_api_key: SecretStr | None = None
+    # Named keys, each with its own name, organization and limits (service_keys.py), read
+    # again when the file changes; beside CODE_EXEC_API_KEY or instead of it.
+    code_exec_api_keys_file: Path | None = None
     # Signs programmatic continuation tokens; unset: derived from the service key, else
     # one per process (tokens then continue only in the process that issued them).
     code_exec_token_secret: SecretStr | None = None
@@ -134,6 +137,10 @@ class Settings(BaseSettings):
     run_cpus: int = Field(default=1, ge=1)
     max_file_bytes: int = 104_857_600  # one file a run writes
     max_session_bytes: int = 1_073_741_824  # all of a session's files together
+    # Storage quotas over all of a user's (an organization's) sessions, on every host of a
+    # fleet together (docs/operations.md "Quotas"); 0: none.
+    max_user_bytes: int = Field(default=0, ge=0)
+    max_tenant_bytes: int = Field(default=0, ge=0)
     # Use cgroups where the host offers them; false leaves rlimits alone to hold.
     sandbox_cgroups: bool = True
     # Runs made ahead (`local`, as root), forked from a server that imported numpy, pandas
@@ -154,6 +161,20 @@ class Settings(BaseSettings):
     @classmethod
     def _no_modes_is_the_default(cls, value: frozenset[str] | None) -> frozenset[str] | None:
         return value or None  # an empty variable (compose passes one through) is an unset one
+
+    @field_validator("code_exec_api_keys_file")
+    @classmethod
+    def _readable_keys_file(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            from .service_keys import parse  # only for a deployment with named keys
+
+            try:
+                parse(value.read_text())
+            except OSError as exc:
+                raise ValueError(f"CODE_EXEC_API_KEYS_FILE {value} cannot be read: {exc.strerror}") from None
+            except ValueError as exc:
+                raise ValueError(f"CODE_EXEC_API_KEYS_FILE {value}: {exc}") from None
+        return value
 
     @field_validator("code_exec_jwt_public_key")
     @classmethod

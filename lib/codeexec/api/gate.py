@@ -23,7 +23,9 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..answers import error_response
+from ..auth import Caller
 from ..errors import RequestTimeout, ServiceError, TooLarge
+from ..telemetry import calls
 from .dependencies import Service
 
 # Paths anyone may call: they say whether the service answers and what it accepts.
@@ -70,10 +72,13 @@ def _closing(send: Send) -> Send:
     return closing
 
 
-async def _caller(service: Service, headers: Headers) -> object:
+async def _caller(service: Service, headers: Headers) -> Caller:
     if "authorization" in headers:  # verifying a token may fetch the key set
-        return await run_in_threadpool(service.auth.caller, headers)
-    return service.auth.caller(headers)
+        caller = await run_in_threadpool(service.auth.caller, headers)
+    else:
+        caller = service.auth.caller(headers)
+    calls.note_key(caller.key.name if caller.key else None)
+    return caller
 
 
 def _too_large(service: Service, path: str, limit: int) -> TooLarge:

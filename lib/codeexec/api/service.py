@@ -92,6 +92,8 @@ def _limits(settings: Settings) -> SessionLimits:
         run_timeout_seconds=settings.run_timeout_seconds,
         max_files_per_run=settings.max_files_per_run,
         max_upload_bytes=settings.max_upload_bytes,
+        max_user_bytes=settings.max_user_bytes,
+        max_tenant_bytes=settings.max_tenant_bytes,
     )
 
 

@@ -108,11 +108,26 @@ class Access:
 
 
 @dataclass(frozen=True)
+class Quota:
+    """How much the access's owner may hold in all, on every host together: its user's
+    limit and its organization's (0: none), and what each already holds on OTHER hosts (a
+    fleet's caller adds them up; one host has no others). The host holding the session adds
+    what its own sessions hold, refuses a call past either limit, and holds the session's
+    writes to what is left (a run that writes past it finds its disk full)."""
+
+    user_bytes: int = 0
+    org_bytes: int = 0
+    user_elsewhere: int = 0
+    org_elsewhere: int = 0
+
+
+@dataclass(frozen=True)
 class Placement:
     """Where a call's session is, as data, so that the backend decides in the one request:
     the NAMED session (opened, else made with that id: the stateful profile's), else the
     first of the CANDIDATES the access admits, else, when `new` allows, a new session of
-    the access's owner (shared or read-only as said)."""
+    the access's owner (shared or read-only as said). What is written there is held to the
+    owner's `quota`, when it has one."""
 
     access: Access
     candidates: tuple[str, ...] = ()
@@ -120,6 +135,7 @@ class Placement:
     new: bool = True
     shared: bool = False
     read_only: bool = False
+    quota: Quota | None = None
 
 
 # -- leases and files ------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ..auth import Caller
 from ..errors import BadRequest
 from ..languages import canonical
 from ..large_files import LargeFiles
-from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, RunSlot, Sandboxes, SendTo
+from ..sandbox.port import FileInfo, Placement, Program, Quota, Ran, Run, RunSlot, Sandboxes, SendTo
 from ..telemetry import calls
 from ..wire import ExecRequest, RunRequest
 from . import inputs, outputs, placement
@@ -39,6 +39,15 @@ class SessionLimits:
     run_timeout_seconds: float
     max_files_per_run: int  # files listed in one exec reply
     max_upload_bytes: int  # one uploaded file
+    max_user_bytes: int = 0  # all of a user's sessions together, on every host (0: no quota)
+    max_tenant_bytes: int = 0  # all of an organization's
+
+    def quota(self, caller: Caller) -> Quota | None:
+        """The caller's storage quota: its user's, and its organization's (a named key's
+        `stored_bytes` where it has one)."""
+        key = caller.key
+        tenant = key.stored_bytes if key is not None and key.stored_bytes is not None else self.max_tenant_bytes
+        return Quota(self.max_user_bytes, tenant) if self.max_user_bytes or tenant else None
 
     def run_timeout(self, asked_ms: float | None) -> float:
         """The seconds a run may take: what the client asked (in milliseconds), never more
@@ -136,10 +145,11 @@ class Sessions:
             if not paths:
                 raise BadRequest("the upload has no file")
 
+        quota = self.limits.quota(caller)
         if session_id:
-            where = Placement(changing(caller), (session_id,), new=False)
+            where = Placement(changing(caller), (session_id,), new=False, quota=quota)
         else:
-            where = Placement(changing(caller), shared=terms.shared, read_only=terms.read_only)
+            where = Placement(changing(caller), shared=terms.shared, read_only=terms.read_only, quota=quota)
         session = self.sandboxes.write_files(where, named(), self.limits.max_upload_bytes)
         calls.note_session(session, caller.owner.tag())
         return session, paths
@@ -153,12 +163,14 @@ class Sessions:
         program = Program(lang, request.code, tuple(request.args), timeout, run_key)
         self.sandboxes.check_language(request.lang)
         where = placement.for_run(caller, request, stateful, self.sandboxes.named_sessions)
-        ran = self.run(Run(program, where, inputs.of(request.files)))
+        ran = self.run(caller, Run(program, where, inputs.of(request.files)))
         return self.report(ran, request, where)
 
-    def run(self, run: Run) -> Ran:
-        """A run through the port, in one of the service's run slots."""
+    def run(self, caller: Caller, run: Run) -> Ran:
+        """A run through the port, in one of the service's run slots, its writes held to the
+        caller's quota."""
         started = time.perf_counter()
+        run = replace(run, placement=replace(run.placement, quota=self.limits.quota(caller)))
         ran = self.sandboxes.execute(run, slot=self.run_slot)
         calls.note_session(ran.session_id, run.placement.access.owner)
         calls.note_run(run.program.lang, ran.result, time.perf_counter() - started)

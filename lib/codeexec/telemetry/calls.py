@@ -114,6 +114,12 @@ def note_session(session_id: str, owner: OwnerTag | None = None) -> None:
         call.owner = owner or call.owner
 
 
+def note_key(name: str | None) -> None:
+    call = current()
+    if call is not None:
+        call.key = name
+
+
 def note_lang(lang: str) -> None:
     call = current()
     if call is not None:

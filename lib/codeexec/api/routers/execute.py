@@ -23,5 +23,5 @@ async def execute(body: ExecRequest, request: Request, service: ServiceDep, call
     profile, key = stateful(request), cancel_key(request, caller)
     caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
     work = lambda: exec_reply(service.sessions.execute(caller, body, profile, key), body.lang)  # noqa: E731
-    run = service.admission.start_run(caller.owner.tag(), first_named(caller, body), work)
+    run = service.admission.start_run(caller.owner.tag(), first_named(caller, body), work, caller.key)
     return await answer(run, service.settings.exec_keepalive_seconds)

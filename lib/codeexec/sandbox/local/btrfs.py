@@ -105,11 +105,16 @@ def filesystem_id(fd: int) -> str:
     return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
 
 
-def referenced(filesystem: str, subvolume: int) -> int:
-    """The bytes the subvolume's quota group counts now: the kernel's own figure, read from
-    sysfs, current where the quota tree on disk lags to the next commit."""
-    with open(f"/sys/fs/btrfs/{filesystem}/qgroups/0_{subvolume}/referenced", "rb") as counted:
-        return int(counted.read())
+def held(filesystem: str, subvolume: int) -> int:
+    """The bytes the subvolume's quota group holds now, as its limit counts them: those
+    accounted at the last commit and those written since (reserved until the next), the
+    kernel's own figures, from sysfs."""
+    group = f"/sys/fs/btrfs/{filesystem}/qgroups/0_{subvolume}"
+    total = 0
+    for figure in ("referenced", "rsv_data"):
+        with open(f"{group}/{figure}", "rb") as counted:
+            total += int(counted.read())
+    return total
 
 
 def destroy_subvolume(parent_fd: int, name: str) -> None:

@@ -28,6 +28,7 @@ rename is atomic, so a session is either whole and addressable or gone, never ha
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -42,19 +43,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ... import ids
-from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound
+from ... import ids, notes
+from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound, TooLarge
 from ...languages import LANGUAGES
-from ..port import FileInfo, HostLoad, Lease, OwnerTag, Program, RunResult
-from . import bwrap, cgroups, files, owners
+from ..port import FileInfo, HostLoad, Lease, OwnerTag, Program, Quota, RunResult
+from . import btrfs, bwrap, cgroups, files, owners
 from .engine import ComposedSandboxes
 from .launcher import Launcher
 from .limits import Confinement, Limits
 from .storage import Storage, over_limit
 from .toolchains import TOOLCHAINS
+from .usage import UsageIndex
 
 log = logging.getLogger("codeexec.local")
 
+# What a quota leaves a session beyond its files (metadata counts in its quota group).
+_BOOKKEEPING_BYTES = 1 << 20
 _TOMBSTONE = ".ended-"
 _STAGING = "staging-"
 # A session subvolume without its lease this long after it was made is what a crash
@@ -98,6 +102,40 @@ class LocalSandbox:
         self._path = path
         self._data = str(path / "data")
         self._backend = backend
+        self._quota: tuple[str, int, int] | None = None  # the quota bound to: scope, held, limit
+
+    def bound(self, quota: Quota) -> None:
+        """Hold this session's writes, from now on, to what its owner may still add to all
+        it holds (its other sessions here as the last usage pass saw them, and what the
+        caller counted on other hosts): TooLarge when nothing is left."""
+        user, org = self._backend.usage.now.of(self.lease.owner)
+        left = [(scope, limit, held + elsewhere) for scope, limit, held, elsewhere in (
+            ("user", quota.user_bytes, user.bytes, quota.user_elsewhere),
+            ("tenant", quota.org_bytes, org.bytes, quota.org_elsewhere),
+        ) if limit]  # fmt: skip
+        if not left:
+            return
+        scope, limit, held = min(left, key=lambda each: each[1] - each[2])
+        if held >= limit:
+            raise TooLarge(notes.over_quota(scope, held, limit), reason=scope)
+        here = self._backend.usage.session_bytes(self.id) or 0
+        # Room beyond the files for the session's own bookkeeping (its lock's time, a
+        # record): a session held to the byte could not be touched again.
+        cap = min(self._backend.limits.max_session_bytes, here + limit - held + _BOOKKEEPING_BYTES)
+        fd = os.open(self._path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            btrfs.limit(fd, cap)
+        finally:
+            os.close(fd)
+        if cap < self._backend.limits.max_session_bytes:
+            self._quota = scope, held, limit
+
+    def _over(self, exc: OSError) -> Exception:
+        """A write's failure as the caller hears it: the quota that held it, else the session's."""
+        if exc.errno == errno.EDQUOT and self._quota is not None:
+            scope, held, limit = self._quota
+            return TooLarge(notes.over_quota(scope, held, limit), reason=scope)
+        return over_limit(exc, self._backend.limits.max_session_bytes)
 
     def write_file(self, path: str, data: BinaryIO, limit: int) -> None:
         # The session's disk limit (the kernel's quota) holds for what comes in from
@@ -105,7 +143,7 @@ class LocalSandbox:
         try:
             files.write_beneath(self._data, path, data, limit, self._backend.sandbox_user)
         except OSError as exc:
-            raise over_limit(exc, self._backend.limits.max_session_bytes) from exc
+            raise self._over(exc) from exc
 
     def write_files(self, pairs: Iterable[tuple[str, BinaryIO]], limit: int) -> None:
         # Staged beside data/, in the session's own subvolume (its quota holds), then moved in.
@@ -119,7 +157,7 @@ class LocalSandbox:
                 moves.append((path, fd, str(len(moves))))
             files.move_beneath(self._data, moves, self._backend.sandbox_user)
         except OSError as exc:
-            raise over_limit(exc, self._backend.limits.max_session_bytes) from exc
+            raise self._over(exc) from exc
         finally:
             os.close(fd)
             shutil.rmtree(staging, ignore_errors=True)
@@ -246,6 +284,8 @@ class LocalSandboxes(ComposedSandboxes):
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
         self._sweep_leftovers()
+        self.usage = UsageIndex(config.root)  # what each owner holds here, for quotas and the console
+        self.usage.start()
         warm_sizes = {"py": config.warm_python, "scientific": config.warm_scientific, "bare": config.warm_sandboxes}
         self.launcher = Launcher(Confinement(self.limits, self.sandbox_user, self.cgroup_parents), warm_sizes)
         # The warm servers die with this process (bwrap --die-with-parent); the runs made
@@ -266,6 +306,7 @@ class LocalSandboxes(ComposedSandboxes):
                 _sweep_staging(Path(entry.path))
 
     def close(self) -> None:
+        self.usage.close()
         self.launcher.close()
 
     @contextlib.contextmanager

@@ -60,6 +60,7 @@ from ..port import (
     Placed,
     Placement,
     Program,
+    Quota,
     Ran,
     Run,
     RunResult,
@@ -216,7 +217,9 @@ def placement_json(placement: Placement) -> dict[str, Any]:
 
 def placement_of(data: dict[str, Any]) -> Placement:
     try:
-        return Placement(**{**data, "access": access_of(data["access"]), "candidates": tuple(data["candidates"])})
+        quota = data.get("quota")
+        return Placement(**{**data, "access": access_of(data["access"]), "candidates": tuple(data["candidates"]),
+                            "quota": Quota(**quota) if quota else None})  # fmt: skip
     except (KeyError, TypeError):
         raise errors.BadRequest("not a placement this runner understands") from None
 

@@ -1,0 +1,132 @@
+"""What each owner holds on this host: bytes and sessions, by user and by organization, for
+the storage quotas and the console, without a walk of the disk.
+
+A session's bytes are its quota group's (btrfs counts them as they are written: data and
+metadata, the same figure its limit holds it to), read from sysfs, two small files a session;
+its owner is its lease's, read once and kept (a lease never changes). A pass over 10,000
+sessions reads 10,000 such files, so it runs in a thread of its own every REFRESH_SECONDS,
+and readers get the last pass: a quota sees a user's other sessions as they were at most that
+long ago (docs/operations.md says what that allows), and never waits for a pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ... import ids
+from ..port import OwnerTag
+from . import btrfs
+
+log = logging.getLogger("codeexec.usage")
+
+REFRESH_SECONDS = 5.0
+
+@dataclass(frozen=True)
+class Held:
+    bytes: int = 0
+    sessions: int = 0
+
+@dataclass(frozen=True)
+class Usage:
+    """One pass: what each user and each organization (their digests) holds on this host."""
+
+    users: dict[OwnerTag, Held] = field(default_factory=dict)
+    orgs: dict[str, Held] = field(default_factory=dict)
+
+    def of(self, owner: OwnerTag) -> tuple[Held, Held]:
+        return self.users.get(owner, Held()), self.orgs.get(owner.org, Held())
+
+class UsageIndex:
+    def __init__(self, root: Path, refresh_seconds: float = REFRESH_SECONDS) -> None:
+        self._root = root
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self._filesystem = btrfs.filesystem_id(fd)
+        finally:
+            os.close(fd)
+        self._known: dict[str, tuple[OwnerTag, int]] = {}  # session: its owner and its subvolume
+        self.now = Usage()
+        self._refresh_seconds = refresh_seconds
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="usage", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def session_bytes(self, session: str) -> int | None:
+        """A session's bytes now, when the index knows its subvolume."""
+        known = self._known.get(session)
+        return self._held(known[1]) if known else None
+
+    def refresh(self) -> None:
+        users: Counter[OwnerTag] = Counter()
+        orgs: Counter[str] = Counter()
+        user_sessions: Counter[OwnerTag] = Counter()
+        org_sessions: Counter[str] = Counter()
+        present = set()
+        for session, owner, subvolume in self._sessions():
+            present.add(session)
+            size = self._held(subvolume) or 0
+            users[owner] += size
+            orgs[owner.org] += size
+            user_sessions[owner] += 1
+            org_sessions[owner.org] += 1
+        for gone in self._known.keys() - present:
+            del self._known[gone]
+        self.now = Usage(
+            {owner: Held(users[owner], user_sessions[owner]) for owner in user_sessions},
+            {org: Held(orgs[org], org_sessions[org]) for org in org_sessions},
+        )
+
+    def _sessions(self) -> Iterator[tuple[str, OwnerTag, int]]:
+        with os.scandir(self._root) as entries:
+            for entry in entries:
+                if not ids.is_session_id(entry.name):
+                    continue
+                known = self._known.get(entry.name) or self._learn(entry.name)
+                if known is not None:
+                    yield entry.name, *known
+
+    def _learn(self, session: str) -> tuple[OwnerTag, int] | None:
+        """A session's owner and subvolume, once its lease is whole (a session being made
+        has none yet: the next pass learns it)."""
+        path = self._root / session
+        try:
+            lease = json.loads((path / "lease.json").read_text())
+            owner = OwnerTag(str(lease["owner"]["org"]), str(lease["owner"]["user"]))
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        try:
+            subvolume = btrfs.subvolume_id(fd)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        self._known[session] = owner, subvolume
+        return owner, subvolume
+
+    def _held(self, subvolume: int) -> int | None:
+        with contextlib.suppress(OSError, ValueError):
+            return btrfs.held(self._filesystem, subvolume)
+        return None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._refresh_seconds):
+            try:
+                self.refresh()
+            except Exception:  # one failed pass must not end the index
+                log.exception("usage pass failed")
