@@ -65,7 +65,7 @@ def test_runs_refusals_and_auth_failures_are_counted_by_bounded_labels(
     assert grew("codeexec_runs_total", lang="py", outcome="error") == 1
     assert grew("codeexec_auth_failures_total", reason="bad_key") == 1
     assert grew("codeexec_auth_failures_total", reason="missing") == 1
-    assert grew("codeexec_requests_total", route="/v1/exec", status="200", key="") == 2
+    assert grew("codeexec_requests_total", route="/v1/exec", status="200", key="default") == 2
     assert sample(after, "codeexec_run_seconds_count", lang="py", start="cold") >= 2
     assert sample(after, "codeexec_sessions", runner="local") >= 1
     assert sample(after, "codeexec_disk_limit_bytes", runner="local") > 0

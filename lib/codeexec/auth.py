@@ -77,6 +77,10 @@ class Authenticator:
         on = {"key": bool(self._api_key() or self._named_keys), "jwt": self._tokens is not None}
         return sorted(mode for mode in self._modes if on[mode])
 
+    def named_keys(self) -> list[ServiceKey]:
+        """The file's keys, for the console (their names and limits, never their hashes' use)."""
+        return self._named_keys.keys() if self._named_keys else []
+
     def status(self) -> str:
         """For /health: what this deployment accepts, or why it accepts nothing."""
         accepted = []

@@ -69,6 +69,12 @@ class ProfileMismatch(ServiceError):
         return super().body() | {"code": self.error}
 
 
+class NotFound(ServiceError):
+    status = 404
+    error = "Not found"
+    default_details = "nothing is here"
+
+
 class SessionNotFound(ServiceError):
     """The session does not exist, has ended, or is not the caller's.
 

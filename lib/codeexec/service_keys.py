@@ -63,6 +63,10 @@ class ServiceKeys:
         self._keys = parse(path.read_text())  # at start, a file that does not parse refuses it
         self._stamp = _stamp(path)
 
+    def keys(self) -> list[ServiceKey]:
+        self._reload_if_changed()
+        return list(self._keys.values())
+
     def find(self, presented: str) -> ServiceKey | None:
         """The key presented, if it is one of the file's."""
         self._reload_if_changed()

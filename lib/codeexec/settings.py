@@ -26,6 +26,9 @@ class Settings(BaseSettings):
 
     # Auth. No key configured means every route but /health answers 401: fail closed.
     code_exec_api_key: SecretStr | None = None
+    # The operator's console (/admin, docs/operations.md): its own key, never the service's;
+    # unset, the console and its API answer 404.
+    code_exec_admin_key: SecretStr | None = None
     # Named keys, each with its own name, organization and limits (service_keys.py), read
     # again when the file changes; beside CODE_EXEC_API_KEY or instead of it.
     code_exec_api_keys_file: Path | None = None

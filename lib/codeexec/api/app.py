@@ -20,7 +20,7 @@ from ..answers import error_handlers, error_response
 from ..errors import BadRequest
 from ..telemetry.edge import Observed
 from .gate import Gate
-from .routers import execute, files, health, programmatic
+from .routers import admin, execute, files, health, programmatic
 from .service import Service
 
 
@@ -35,7 +35,7 @@ def create_app(service: Service) -> FastAPI:
 
     app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.service = service
-    for module in (health, execute, programmatic, files):
+    for module in (health, execute, programmatic, files, admin):
         app.include_router(module.router)
     app.add_middleware(Gate)
     app.add_middleware(Observed, telemetry=service.telemetry)  # outermost: it sees every call

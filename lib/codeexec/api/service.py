@@ -45,7 +45,7 @@ class Service:
             secret = settings.code_exec_api_key
             api_key = lambda: secret.get_secret_value() if secret else None  # noqa: E731
         self.sandboxes = sandboxes or make_sandboxes(settings)
-        self.telemetry = telemetry or Telemetry.prometheus("service", self.sandboxes.hosts)
+        self.telemetry = telemetry or Telemetry.for_server("service", self.sandboxes.hosts)
         runs = settings.max_concurrent_runs or default_runs(settings.run_memory_bytes)
         self.admission = Admission(runs, settings.max_concurrent_uploads)
         large_files = None

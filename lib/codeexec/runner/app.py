@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, BinaryIO, TypeVar, cast
 
 from starlette.applications import Starlette
@@ -63,7 +63,7 @@ class Runner:
         self._runs_lock = threading.Lock()
         self._idle_timeout = idle_timeout
         self._reaper = ReaperTimer(self.reap, reap_interval)
-        self.telemetry = Telemetry.prometheus("runner", sandboxes.hosts)
+        self.telemetry = Telemetry.for_server("runner", sandboxes.hosts)
 
     def start(self) -> Runner:
         self._reaper.start()
@@ -130,6 +130,7 @@ def create_runner_app(runner: Runner) -> Starlette:
         Route("/sessions/{sid}/stat", _stat, methods=["GET"]),
         Route("/reads", _read_inputs, methods=["POST"]),
         Route("/sessions/{sid}/records/{key}", _record, methods=["GET"]),
+        Route("/report", _report, methods=["GET"]),
     ]
 
     @contextlib.asynccontextmanager
@@ -309,6 +310,18 @@ async def _record(request: Request) -> Response:
     sid, key = request.path_params["sid"], request.path_params["key"]
     record = await run_in_threadpool(_sandboxes(request).read_record, sid, access, key)
     return Response(record, media_type="application/octet-stream")
+
+
+async def _report(request: Request) -> Response:
+    """What the console shows of this runner, asked once per refresh while it is open."""
+    runner = _runner(request)
+    history = runner.telemetry.history
+
+    def report() -> dict[str, Any]:
+        [made] = runner.sandboxes.reports()
+        return protocol.report_json(replace(made, history=history.summary() if history else None))
+
+    return await _answer(report)
 
 
 def _chunks(reader: BinaryIO) -> Iterator[bytes]:

@@ -367,6 +367,18 @@ class HostLoad:
     pools: Mapping[str, PoolLoad] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class HostReport:
+    """What the operator's console shows of one host: its load; who holds most on it (JSON:
+    the local backend's usage.py `top`); and, a runner's, its last hour (JSON: telemetry's
+    history.py). None where the host did not answer, or, for the last hour, where it is the
+    asking process's own."""
+
+    load: HostLoad
+    usage: Mapping[str, Any] | None = None
+    history: Mapping[str, Any] | None = None
+
+
 class Sandboxes(ABC):
     """A sandbox backend: the coarse operations a route needs, one request each on a
     remote backend, and the reaper's. Backends set `languages` and `named_sessions`."""
@@ -397,6 +409,11 @@ class Sandboxes(ABC):
         """What each host of this backend's sandboxes holds now, from what the backend knows
         already (a scrape never walks a disk); a backend of cloud sandboxes has none to tell."""
         return []
+
+    def reports(self) -> list[HostReport]:
+        """What the console shows of each host: one request to each of a fleet's runners,
+        asked only while someone has the console open."""
+        return [HostReport(load) for load in self.hosts()]
 
     # -- coarse operations ------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """What a process tells about itself: one log line per call with its request id (logs.py,
 edge.py, calls.py), and its figures: Prometheus metrics on the servers (metrics.py, scraped
-from a listener of their own: exporter.py), the same as CloudWatch metrics on Lambda
-(cloudwatch.py).
+from a listener of their own: exporter.py) and their last hour for the console (history.py),
+the same as CloudWatch metrics on Lambda (cloudwatch.py).
 
 One `Telemetry` per process, owned by the process's owner (the service's: api/service.py;
 the runner's: runner/app.py), told of each call when its answer has ended and of each
@@ -20,6 +20,7 @@ from .calls import Call
 from .logs import call_line
 
 if TYPE_CHECKING:
+    from .history import History
     from .metrics import Metrics
 
 __all__ = ["Sink", "Telemetry"]
@@ -38,11 +39,13 @@ class Telemetry:
         self.sinks = sinks
 
     @classmethod
-    def prometheus(cls, process: str, hosts: Callable[[], list[HostLoad]]) -> Telemetry:
-        """A server's: Prometheus metrics; `hosts`, what its backend holds now."""
+    def for_server(cls, process: str, hosts: Callable[[], list[HostLoad]]) -> Telemetry:
+        """A server's: Prometheus metrics (`hosts`: what its backend holds now), and its
+        last hour for the console."""
+        from .history import History
         from .metrics import Metrics
 
-        return cls(Metrics(process, hosts))
+        return cls(Metrics(process, hosts), History())
 
     @property
     def metrics(self) -> Metrics | None:
@@ -50,6 +53,13 @@ class Telemetry:
         from .metrics import Metrics
 
         return next((sink for sink in self.sinks if isinstance(sink, Metrics)), None)
+
+    @property
+    def history(self) -> History | None:
+        """The last hour, for the console, where it is kept (a server's)."""
+        from .history import History
+
+        return next((sink for sink in self.sinks if isinstance(sink, History)), None)
 
     def called(self, call: Call) -> None:
         for sink in self.sinks:

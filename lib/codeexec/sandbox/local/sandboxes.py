@@ -46,7 +46,7 @@ from typing import BinaryIO
 from ... import ids, notes
 from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound, TooLarge
 from ...languages import LANGUAGES
-from ..port import FileInfo, HostLoad, Lease, OwnerTag, Program, Quota, RunResult
+from ..port import FileInfo, HostLoad, HostReport, Lease, OwnerTag, Program, Quota, RunResult
 from . import btrfs, bwrap, cgroups, files, owners
 from .engine import ComposedSandboxes
 from .launcher import Launcher
@@ -461,6 +461,9 @@ class LocalSandboxes(ComposedSandboxes):
         disk = shutil.disk_usage(self.root)  # the sessions' filesystem: statfs, no walk
         name = "local" if self.runner_index is None else str(self.runner_index)
         return [HostLoad(name, "up", self._runs_now, self.session_count(), disk.used, disk.total)]
+
+    def reports(self) -> list[HostReport]:
+        return [HostReport(load, self.usage.now.top()) for load in self.hosts()]
 
     def leases(self) -> Iterator[Lease]:
         self._sweep_cancels()

@@ -18,8 +18,9 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ... import ids
 from ..port import OwnerTag
@@ -28,6 +29,7 @@ from . import btrfs
 log = logging.getLogger("codeexec.usage")
 
 REFRESH_SECONDS = 5.0
+TOP = 20  # owners told to the console, by bytes and by sessions each
 
 @dataclass(frozen=True)
 class Held:
@@ -43,6 +45,19 @@ class Usage:
 
     def of(self, owner: OwnerTag) -> tuple[Held, Held]:
         return self.users.get(owner, Held()), self.orgs.get(owner.org, Held())
+
+    def top(self, count: int = TOP) -> dict[str, list[dict[str, Any]]]:
+        """Who holds most, by bytes and by sessions, as JSON (the console adds up hosts')."""
+
+        def most(held: dict[Any, Held]) -> list[Any]:
+            by_bytes = sorted(held, key=lambda k: held[k].bytes, reverse=True)[:count]
+            by_sessions = sorted(held, key=lambda k: held[k].sessions, reverse=True)[:count]
+            return list(dict.fromkeys(by_bytes + by_sessions))
+
+        return {
+            "users": [{"org": o.org, "user": o.user, **asdict(self.users[o])} for o in most(self.users)],
+            "tenants": [{"org": org, **asdict(self.orgs[org])} for org in most(self.orgs)],
+        }
 
 class UsageIndex:
     def __init__(self, root: Path, refresh_seconds: float = REFRESH_SECONDS) -> None:

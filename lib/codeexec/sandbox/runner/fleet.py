@@ -35,6 +35,7 @@ import random
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
@@ -47,6 +48,7 @@ from ..port import (
     Carried,
     FileInfo,
     HostLoad,
+    HostReport,
     Input,
     Lease,
     Opened,
@@ -132,6 +134,12 @@ class Runner:
         return HostLoad(str(self.index), state, int(told.get("runs", 0)), int(told.get("sessions", 0)),
                         int(told.get("bytes_used", 0)), int(told.get("bytes_limit", 0)), pools)  # fmt: skip
 
+    def report(self) -> HostReport:
+        if self.up:
+            with contextlib.suppress(BackendUnavailable):
+                return replace(self.port.report(), load=self.host())  # its state as this replica sees it
+        return HostReport(self.host())
+
     def load(self) -> tuple[int, int]:
         return int(self.told.get("runs", 0)) + self.sent, int(self.told.get("sessions", 0)) + self.placed
 
@@ -194,6 +202,11 @@ class RunnerFleet(Sandboxes):
 
     def hosts(self) -> list[HostLoad]:
         return [runner.host() for runner in self.runners]
+
+    def reports(self) -> list[HostReport]:
+        """Each runner's, asked of all at once; one that does not answer is told by its load."""
+        with ThreadPoolExecutor(max_workers=len(self.runners), thread_name_prefix="report") as asking:
+            return list(asking.map(Runner.report, self.runners))
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         runners = [{"index": r.index, "up": r.up} for r in self.runners]

@@ -23,6 +23,8 @@ path id may hold `..`, which a URL's path would resolve away).
                                                 origin) in one answer, a frame each: a run on
                                                 another runner or VM carries them in
     GET    /sessions/{id}/records/{key}?<access>     the service's own record (port.Keep)
+    GET    /report                              what the console shows of it (port.HostReport):
+                                                its load, who holds most, its last hour
 
 A frame is one JSON line, then the file's bytes in chunks, each a 4-byte big-endian length
 and that many bytes, ended by an empty chunk: files of any number and size, streamed one
@@ -50,6 +52,8 @@ from ..port import (
     Access,
     Changes,
     FileInfo,
+    HostLoad,
+    HostReport,
     Input,
     Intent,
     Keep,
@@ -59,6 +63,7 @@ from ..port import (
     OwnerTag,
     Placed,
     Placement,
+    PoolLoad,
     Program,
     Quota,
     Ran,
@@ -127,6 +132,16 @@ def lease_of(data: dict[str, Any]) -> Lease:
         str(data["session_id"]), owner, bool(data["shared"]), bool(data["read_only"]),
         float(data["leased_at"]), int(data["ttl_seconds"]), float(data["touched_at"]),
     )  # fmt: skip
+
+
+def report_json(report: HostReport) -> dict[str, Any]:
+    return asdict(report)
+
+
+def report_of(data: dict[str, Any]) -> HostReport:
+    load = data["load"]
+    pools = {kind: PoolLoad(**pool) for kind, pool in load.get("pools", {}).items()}
+    return HostReport(HostLoad(**{**load, "pools": pools}), data.get("usage"), data.get("history"))
 
 
 def file_json(info: FileInfo) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from ... import ids
 from ...errors import SessionNotFound, TooLarge
-from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, RunSlot, SendTo
+from ..port import Access, Carried, FileInfo, HostReport, Input, Lease, Opened, Placement, Ran, Run, RunSlot, SendTo
 from . import protocol
 from .client import ResponseReader, RunnerClient
 
@@ -101,6 +101,9 @@ class RunnerPort:
 
     def lease(self, session_id: str) -> Lease:
         return protocol.lease_of(self.client.call("GET", _session(session_id)))
+
+    def report(self) -> HostReport:
+        return protocol.report_of(self.client.call("GET", "/report"))
 
     def end(self, session_id: str) -> None:
         if ids.is_session_id(session_id):
