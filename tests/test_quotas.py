@@ -6,6 +6,7 @@ room a session keeps for its bookkeeping (1 MiB)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,15 @@ from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
 from codeexec.api.service import Service
+from codeexec.runner.app import Runner
 from codeexec.sandbox.local import LocalSandboxes
+from codeexec.sandbox.runner import fleet
 from codeexec.service_keys import key_hash
 from codeexec.settings import Settings
 
-from .calls import run
+from .calls import run, session_on_runner
 from .conftest import API_KEY
-from .serving import Services
+from .serving import Services, fleet_settings, running_fleet
 
 MiB = 1 << 20
 
@@ -98,3 +101,41 @@ def test_a_named_keys_stored_bytes_is_its_organizations_quota(
     assert over.status_code == 413 and "this organization's" in over.json()["details"]
     # The default key's organization is another one, with no quota.
     assert upload(client, "u", "c.bin", 2 * MiB)["status"] == 200
+
+
+def test_a_fleet_counts_what_a_user_holds_on_every_runner_asking_each_once_an_interval(
+    settings: Settings, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three runners; the user's sessions on two of them fill its quota, so an upload on the
+    third is refused. The service learns what each runner holds by one request to each every
+    interval (USAGE_SECONDS), and a run or an upload adds none."""
+    monkeypatch.setattr(fleet, "USAGE_SECONDS", 0.5)
+    quota = settings.model_copy(update={"max_user_bytes": 5 * MiB})
+    with running_fleet(quota) as runners:
+        service = services(fleet_settings(quota, [url for url, _ in runners]))
+        client = TestClient(create_app(service), headers={"X-API-Key": API_KEY, "User-Id": "alice"})
+        placed = {index: session_on_runner(client, index, b"-") for index in range(3)}
+        for index in (0, 1):
+            assert upload(client, "alice", "big.bin", 2 * MiB, session=placed[index])["status"] == 200
+        for _, runner in runners:
+            runner.sandboxes.usage.refresh()
+        started = time.monotonic()
+        time.sleep(1.6)  # three intervals: the service has asked each runner since
+        refused = upload(client, "alice", "more.bin", 2 * MiB, session=placed[2])
+        assert refused["status"] == 413
+        assert "this user's sessions hold 4." in refused["details"] and "of the 5.0 MiB" in refused["details"]
+        assert upload(client, "bob", "more.bin", 2 * MiB)["status"] == 200  # another user's own
+        asked = [usage_requests(runner) for _, runner in runners]
+        intervals = (time.monotonic() - started) / fleet.USAGE_SECONDS
+        assert all(1 <= count <= intervals + 2 for count in asked), asked
+
+
+def usage_requests(runner: Runner) -> float:
+    metrics = runner.telemetry.metrics
+    assert metrics is not None
+    return sum(
+        sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == "codeexec_requests_total" and sample.labels["route"] == "/usage"
+    )

@@ -12,7 +12,6 @@ a scheduled function (handlers/reaper.py); in the embedded server it runs on a t
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -60,31 +59,3 @@ def reap(sandboxes: Sandboxes, idle_timeout: float, clock: Callable[[], float] =
     log.info("reaper pass: %s", report.as_dict())
     return report
 
-
-class ReaperTimer:
-    """A pass every `interval` seconds in a thread of its own, for the processes that serve
-    HTTP (on Lambda an EventBridge schedule calls the pass instead). Started and stopped by
-    the process's owner; a failed pass is logged and the timer goes on."""
-
-    def __init__(self, reap_once: Callable[[], object], interval: float) -> None:
-        self._reap_once = reap_once
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="reaper", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._reap_once()
-            except Exception:  # one failed pass must not end the timer
-                log.exception("reaper pass failed")

@@ -20,12 +20,13 @@ from types import TracebackType
 from ..auth import Authenticator, make_authenticator
 from ..large_files import LargeFiles
 from ..programmatic import Programs, Tokens
-from ..reaper import ReaperTimer, ReapReport, reap
+from ..reaper import ReapReport, reap
 from ..sandbox import make_sandboxes
 from ..sandbox.port import Sandboxes
 from ..sessions import SessionLimits, Sessions
 from ..settings import Settings
 from ..telemetry import Telemetry
+from ..timers import Every
 from .admission import Admission, default_runs
 
 
@@ -54,7 +55,7 @@ class Service:
         self.sessions = Sessions(self.sandboxes, _limits(settings), large_files, self.admission.run_slot)
         self.programs = Programs(self.sessions, Tokens(_token_secret(settings, api_key)))
         self.auth: Authenticator = make_authenticator(settings, api_key)
-        self._reaper = ReaperTimer(self.reap, settings.reap_interval_seconds)
+        self._reaper = Every(settings.reap_interval_seconds, self.reap, "reaper")
         self._closing = threading.Lock()
         self.closed = False
 

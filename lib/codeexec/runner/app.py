@@ -39,13 +39,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..answers import error_handlers, error_response
 from ..errors import BadRequest, ServiceError, SessionNotFound, Unauthorized
-from ..reaper import ReaperTimer, ReapReport, reap
+from ..reaper import ReapReport, reap
 from ..sandbox.local import LocalSandboxes
 from ..sandbox.port import Access, Carried, Input, Opened
 from ..sandbox.runner import protocol
 from ..streams import request_body
 from ..telemetry import Telemetry, calls
 from ..telemetry.edge import Observed
+from ..timers import Every
 
 T = TypeVar("T")
 log = logging.getLogger("codeexec.runner")
@@ -62,7 +63,7 @@ class Runner:
         self.runs = 0
         self._runs_lock = threading.Lock()
         self._idle_timeout = idle_timeout
-        self._reaper = ReaperTimer(self.reap, reap_interval)
+        self._reaper = Every(reap_interval, self.reap, "reaper")
         self.telemetry = Telemetry.for_server("runner", sandboxes.hosts)
 
     def start(self) -> Runner:
@@ -131,6 +132,7 @@ def create_runner_app(runner: Runner) -> Starlette:
         Route("/reads", _read_inputs, methods=["POST"]),
         Route("/sessions/{sid}/records/{key}", _record, methods=["GET"]),
         Route("/report", _report, methods=["GET"]),
+        Route("/usage", _usage, methods=["GET"]),
     ]
 
     @contextlib.asynccontextmanager
@@ -322,6 +324,15 @@ async def _report(request: Request) -> Response:
         return protocol.report_json(replace(made, history=history.summary() if history else None))
 
     return await _answer(report)
+
+
+async def _usage(request: Request) -> Response:
+    """What each owner holds here, as changed since the caller last asked (a fleet's quotas)."""
+    since = request.query_params.get("since", "0")
+    if not since.isdigit():
+        raise BadRequest("since is a pass number")
+    changes = _sandboxes(request).usage.changes(request.query_params.get("epoch", ""), int(since))
+    return JSONResponse(changes)
 
 
 def _chunks(reader: BinaryIO) -> Iterator[bytes]:

@@ -284,7 +284,7 @@ class LocalSandboxes(ComposedSandboxes):
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
         self._sweep_leftovers()
-        self.usage = UsageIndex(config.root)  # what each owner holds here, for quotas and the console
+        self.usage = UsageIndex(config.root, self._mine)  # what each owner holds here, for quotas and the console
         self.usage.start()
         warm_sizes = {"py": config.warm_python, "scientific": config.warm_scientific, "bare": config.warm_sandboxes}
         self.launcher = Launcher(Confinement(self.limits, self.sandbox_user, self.cgroup_parents), warm_sizes)
@@ -455,7 +455,13 @@ class LocalSandboxes(ComposedSandboxes):
 
     def session_count(self) -> int:
         """How many sessions this host holds (a fleet places new ones by it)."""
-        return sum(1 for entry in os.scandir(self.root) if ids.is_session_id(entry.name))
+        return sum(1 for entry in os.scandir(self.root) if self._mine(entry.name))
+
+    def _mine(self, name: str) -> bool:
+        """Whether a name under the root is a session this host made (runners of a fleet
+        may share one root, as the tests' do: each keeps to its own)."""
+        index = self.runner_index
+        return ids.is_session_id(name) and (index is None or ids.runner_of(name) == index)
 
     def hosts(self) -> list[HostLoad]:
         disk = shutil.disk_usage(self.root)  # the sessions' filesystem: statfs, no walk

@@ -17,12 +17,12 @@ import logging
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ... import ids
+from ...timers import Every
 from ..port import OwnerTag
 from . import btrfs
 
@@ -59,9 +59,18 @@ class Usage:
             "tenants": [{"org": org, **asdict(self.orgs[org])} for org in most(self.orgs)],
         }
 
+    def bytes_by_digest(self) -> dict[str, int]:
+        """Bytes by user digest (it names its organization too) and by organization digest:
+        what a fleet's service adds up across hosts."""
+        return {**{o.user: h.bytes for o, h in self.users.items()}, **{o: h.bytes for o, h in self.orgs.items()}}
+
+
 class UsageIndex:
-    def __init__(self, root: Path, refresh_seconds: float = REFRESH_SECONDS) -> None:
+    def __init__(self, root: Path, mine: Callable[[str], bool], refresh_seconds: float = REFRESH_SECONDS) -> None:
+        """`mine`: whether a name under the root is a session of this host's (runners of a
+        fleet may share one root: each counts the sessions it made)."""
         self._root = root
+        self._mine = mine
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             self._filesystem = btrfs.filesystem_id(fd)
@@ -69,17 +78,20 @@ class UsageIndex:
             os.close(fd)
         self._known: dict[str, tuple[OwnerTag, int]] = {}  # session: its owner and its subvolume
         self.now = Usage()
-        self._refresh_seconds = refresh_seconds
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._clock = Every(refresh_seconds, self.refresh, "usage pass")
+        # Which pass last changed each owner's bytes, so a fleet's service asks only for what
+        # changed since it last asked; `epoch` tells it that this process started again.
+        self.epoch = os.urandom(8).hex()
+        self.generation = 0
+        self._changed: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     def start(self) -> None:
         self.refresh()
-        self._thread = threading.Thread(target=self._loop, name="usage", daemon=True)
-        self._thread.start()
+        self._clock.start()
 
     def close(self) -> None:
-        self._stop.set()
+        self._clock.stop()
 
     def session_bytes(self, session: str) -> int | None:
         """A session's bytes now, when the index knows its subvolume."""
@@ -101,15 +113,32 @@ class UsageIndex:
             org_sessions[owner.org] += 1
         for gone in self._known.keys() - present:
             del self._known[gone]
-        self.now = Usage(
+        made = Usage(
             {owner: Held(users[owner], user_sessions[owner]) for owner in user_sessions},
             {org: Held(orgs[org], org_sessions[org]) for org in org_sessions},
         )
+        with self._lock:
+            before, after = self.now.bytes_by_digest(), made.bytes_by_digest()
+            changed = {d for d in before.keys() | after.keys() if before.get(d) != after.get(d)}
+            if changed:
+                self.generation += 1
+                self._changed.update(dict.fromkeys(changed, self.generation))
+            self.now = made
+
+    def changes(self, epoch: str, since: int) -> dict[str, Any]:
+        """The owners whose bytes changed after pass `since` of process `epoch` (all of them
+        when that is not this process's), by digest; 0 for one that holds nothing now."""
+        with self._lock:
+            whole = epoch != self.epoch
+            held = self.now.bytes_by_digest()
+            changed = held.keys() if whole else {d for d, g in self._changed.items() if g > since}
+            return {"epoch": self.epoch, "generation": self.generation, "whole": whole,
+                    "bytes": {d: held.get(d, 0) for d in changed}}  # fmt: skip
 
     def _sessions(self) -> Iterator[tuple[str, OwnerTag, int]]:
         with os.scandir(self._root) as entries:
             for entry in entries:
-                if not ids.is_session_id(entry.name):
+                if not self._mine(entry.name):
                     continue
                 known = self._known.get(entry.name) or self._learn(entry.name)
                 if known is not None:
@@ -138,10 +167,3 @@ class UsageIndex:
         with contextlib.suppress(OSError, ValueError):
             return btrfs.held(self._filesystem, subvolume)
         return None
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._refresh_seconds):
-            try:
-                self.refresh()
-            except Exception:  # one failed pass must not end the index
-                log.exception("usage pass failed")

@@ -25,6 +25,8 @@ path id may hold `..`, which a URL's path would resolve away).
     GET    /sessions/{id}/records/{key}?<access>     the service's own record (port.Keep)
     GET    /report                              what the console shows of it (port.HostReport):
                                                 its load, who holds most, its last hour
+    GET    /usage?epoch=&since=                 what each owner holds on it (digest: bytes), as
+                                                changed since that pass of that process (quotas)
 
 A frame is one JSON line, then the file's bytes in chunks, each a 4-byte big-endian length
 and that many bytes, ended by an empty chunk: files of any number and size, streamed one

@@ -102,6 +102,9 @@ class RunnerPort:
     def lease(self, session_id: str) -> Lease:
         return protocol.lease_of(self.client.call("GET", _session(session_id)))
 
+    def usage(self, epoch: str, since: int) -> dict[str, Any]:
+        return dict(self.client.call("GET", "/usage", params={"epoch": epoch, "since": since}))
+
     def report(self) -> HostReport:
         return protocol.report_of(self.client.call("GET", "/report"))
 
