@@ -114,9 +114,12 @@ def warm_pools(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each app's warm interpreters ready before the test (runs never wait for them, so a
     test could not tell which it got), and closed by their backend after it."""
     made: list[Sandboxes] = []
+    # What the app makes its sandboxes with: a fixture set up before this one (a runner in a
+    # container) may have put its own in place, which this one wraps, never replaces.
+    inner = app_module.make_sandboxes
 
     def ready(settings: Settings) -> Sandboxes:
-        sandboxes = make_sandboxes(settings)
+        sandboxes = inner(settings)
         made.append(sandboxes)
         if isinstance(sandboxes, LocalSandboxes):
             sandboxes.launcher.warm.wait_ready()

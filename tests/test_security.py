@@ -12,12 +12,14 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from codeexec.sandbox.local import LocalSandboxes
 from codeexec.settings import Settings
 
 from .calls import run
-from .conftest import API_KEY
+from .conftest import API_KEY, CODEEXEC_TEST_BACKEND
 
 
 @pytest.fixture
@@ -48,6 +50,13 @@ def upload(client: TestClient, name: str, data: bytes) -> str:
     reply = client.post("/v1/upload", files={"file": (name, data)})
     assert reply.status_code == 200, reply.text
     return reply.json()["session_id"]
+
+
+def test_runs_go_where_the_suite_says(app: FastAPI) -> None:
+    """This host's own sandboxes, or under make test-runner and test-container a runner's
+    (on loopback, or in a container): never the host's where the suite says otherwise."""
+    sandboxes = app.state.service.sessions.sandboxes
+    assert isinstance(sandboxes, LocalSandboxes) == (CODEEXEC_TEST_BACKEND == "local")
 
 
 def host_processes_with(marker: str) -> list[int]:
