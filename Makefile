@@ -241,6 +241,14 @@ CONTAINER_SUITES := tests/test_security.py tests/test_limits.py
 test-container: install sam-local-deps ## the attack and limit suites again, against a runner in a container
 	CODEEXEC_TEST_BACKEND=container CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(CONTAINER_SUITES)
 
+# The same against the Helm chart's Pod Security "baseline" grants (values-baseline.yaml): no
+# CAP_SYS_ADMIN, a user namespace of the container's own, /proc unmasked (docs/kubernetes.md
+# "Without added privilege" has the figures). Not part of `make test`: it measures a profile.
+.PHONY: test-container-baseline
+test-container-baseline: install sam-local-deps ## the attack and limit suites against a runner with the chart's baseline grants
+	CODEEXEC_TEST_BACKEND=container CODEEXEC_TEST_WARM=1 CODEEXEC_TEST_CONTAINER_PROFILE=baseline \
+	  $(BIN)/pytest $(CONTAINER_SUITES)
+
 # The fast loop before a commit: lint, types, and every suite that starts no Docker engine
 # (`pytest -m "not docker"`); it installs no Docker. docs/contributing.md says how to run one test.
 check: lint typecheck install $(SAM_VENV)/.installed helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## lint, types and every suite but Docker's
