@@ -23,6 +23,12 @@ import logging, os, sys
 from pathlib import Path
 from codeexec.sandbox.local.storage import Storage
 logging.basicConfig(level=logging.WARNING)
+if "--as-if-suid" in sys.argv:  # the filesystem seen as a volume mounted without nosuid,nodev
+    real = os.statvfs
+    class Flagless:
+        def __init__(self, result): self.result = result
+        def __getattr__(self, name): return 0 if name == "f_flag" else getattr(self.result, name)
+    os.statvfs = lambda path: Flagless(real(path))
 storage = Storage.prepare(Path(sys.argv[1]), session_bytes=1 << 20, sandbox_gid=int(sys.argv[2]))
 path = storage.create_session("s1")
 try:
@@ -38,10 +44,11 @@ def test_without_cap_sys_admin_sessions_are_made_without_a_limit_of_their_own(sa
     parent = Path(tempfile.mkdtemp(prefix="unprivileged-", dir=sandbox_storage))
     try:
         argv = [*WITHOUT_SYS_ADMIN, sys.executable, "-c", PROBE, str(parent / "root"), str(Settings().sandbox_gid)]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        done = subprocess.run([*argv, "--as-if-suid"], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["unlimited", str(2 << 20)]
         assert "sessions have no disk limit of their own" in done.stderr
+        assert "is not mounted nosuid,nodev and this process may not remount it" in done.stderr
         assert not (parent / "root" / "s1").exists()  # ended all the same
         # The same, with CAP_SYS_ADMIN: the session's limit holds (the probe fails on its write).
         held = subprocess.run(argv[len(WITHOUT_SYS_ADMIN):], capture_output=True, text=True, timeout=60)
