@@ -498,7 +498,8 @@ def test_the_settings_read_the_keys_from_the_files_mounted(
         assert not any("secretKeyRef" in v.get("valueFrom", {}) for v in variables.values())
         secrets_dir = variables["SECRETS_DIR"]["value"]
         (mount,) = [m for m in container(workload)["volumeMounts"] if m["mountPath"] == secrets_dir]
-        assert mount["readOnly"] is True
+        volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+        assert mount["readOnly"] is True and "secret" in volumes[mount["name"]]
         for ref in refs:
             (tmp_path / ref["setting"]).write_text(f"value-of-{ref['key']}\n")
         settings_of(workload, monkeypatch)  # the rendered environment, the keys then from files alone

@@ -119,7 +119,7 @@ def sysctls(spec: Obj) -> list[str]:
 
 
 def host_probes(spec: Obj) -> list[str]:
-    """"Host Probes / Lifecycle Hooks" (1.34): a probe or hook names no other host."""
+    """The control "Host Probes / Lifecycle Hooks" (1.34): a probe or hook names no other host."""
     found = []
     for c in _containers(spec):
         handlers = [c.get(p) or {} for p in ("livenessProbe", "readinessProbe", "startupProbe")]
