@@ -128,7 +128,9 @@ def engine(name: str, seccomp: Path | None = None, userns: bool = False) -> Iter
     finally:
         remove_containers(made)
         stop(made)
-        shutil.rmtree(run, ignore_errors=True)
+        # With `userns`, dockerd also makes <run>.<uid>.<gid> beside it, for the remapped root.
+        for path in (run, *run.parent.glob(f"{run.name}.*")):
+            shutil.rmtree(path, ignore_errors=True)
         remove_data_root(data_root)
 
 
