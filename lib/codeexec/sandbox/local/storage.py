@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import BackendUnavailable, TooLarge
-from . import btrfs
+from . import btrfs, capabilities
 
 log = logging.getLogger("codeexec.storage")
 
@@ -254,21 +254,13 @@ def _mount_inert(root: Path) -> None:
     flags = os.statvfs(root).f_flag
     if flags & os.ST_NOSUID and flags & os.ST_NODEV:
         return
-    if not _may_mount():
+    if not capabilities.effective(capabilities.SYS_ADMIN):
         # Runs hold no_new_privs and no capability: a setuid file or a device node in a
         # session stays inert for them; nosuid,nodev guard whoever else mounts the volume.
         log.warning("SANDBOX_ROOT %s is not mounted nosuid,nodev and this process may not remount it", root)
         return
     _command("mount", "--bind", str(root), str(root))
     _command("mount", "-o", "remount,bind,nosuid,nodev", str(root))
-
-
-def _may_mount() -> bool:
-    """CAP_SYS_ADMIN in this process's effective set (bit 21 of CapEff)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> 21 & 1)
-    return False
 
 
 def main() -> None:
