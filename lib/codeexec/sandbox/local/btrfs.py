@@ -72,10 +72,12 @@ def enable_quotas(path: str) -> None:
         os.close(fd)
 
 
-def create_subvolume(parent_fd: int, name: str, max_bytes: int) -> None:
+def create_subvolume(parent_fd: int, name: str, max_bytes: int | None) -> None:
     """Make `name` under the directory `parent_fd` a new subvolume that may hold at most
-    `max_bytes`, data and metadata together."""
+    `max_bytes`, data and metadata together (None: no limit of its own)."""
     fcntl.ioctl(parent_fd, _SUBVOL_CREATE, _vol_args(name))
+    if max_bytes is None:
+        return
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
     try:
         limit(fd, max_bytes)

@@ -107,7 +107,10 @@ class LocalSandbox:
     def bound(self, quota: Quota) -> None:
         """Hold this session's writes, from now on, to what its owner may still add to all
         it holds (its other sessions here as the last usage pass saw them, and what the
-        caller counted on other hosts): TooLarge when nothing is left."""
+        caller counted on other hosts): TooLarge when nothing is left. A host whose storage
+        counts no quota groups (no CAP_SYS_ADMIN: docs/kubernetes.md) holds none."""
+        if not self._backend.storage.limited:
+            return
         user, org = self._backend.usage.now.of(self.lease.owner)
         left = [(scope, limit, held + elsewhere) for scope, limit, held, elsewhere in (
             ("user", quota.user_bytes, user.bytes, quota.user_elsewhere),
