@@ -23,7 +23,7 @@ from mangum.types import LambdaContext
 from codeexec.api.app import create_app
 from codeexec.api.service import Service
 from codeexec.settings import get_settings
-from codeexec.telemetry import Telemetry
+from codeexec.telemetry import CallLog, Telemetry
 from codeexec.telemetry.cloudwatch import CloudWatchMetrics
 
 # The library logs under "codeexec": a Logger of that name makes its lines structured too
@@ -50,7 +50,8 @@ def _api_key() -> Callable[[], str | None] | None:
     return lambda: parameters.get_secret(secret_arn, max_age=KEY_MAX_AGE_SECONDS)
 
 
-service = Service(get_settings(), api_key=_api_key(), telemetry=Telemetry(CloudWatchMetrics(metrics))).start()
+telemetry = Telemetry(CloudWatchMetrics(metrics), CallLog())
+service = Service(get_settings(), api_key=_api_key(), telemetry=telemetry).start()
 asgi = Mangum(create_app(service), lifespan="off")
 
 

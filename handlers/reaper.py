@@ -13,14 +13,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from codeexec.api.service import Service
 from codeexec.settings import get_settings
-from codeexec.telemetry import Telemetry
+from codeexec.telemetry import CallLog, Telemetry
 from codeexec.telemetry.cloudwatch import CloudWatchMetrics
 
 logger = Logger(service="codeexec")
 metrics = Metrics(service="codeexec")
 
 # Never started: the schedule is this function's timer, and each event is one pass.
-service = Service(get_settings(), telemetry=Telemetry(CloudWatchMetrics(metrics)))
+service = Service(get_settings(), telemetry=Telemetry(CloudWatchMetrics(metrics), CallLog()))
 
 
 # executionId: the schedule's Input in template.yaml carries the scheduler's execution id.

@@ -24,9 +24,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from fastapi import FastAPI
@@ -44,6 +46,7 @@ from codeexec.settings import Settings
 from .fakes.agentcore import RunningFake
 from .helpers import engines
 from .helpers.runner_container import SECCOMP, USERNS, WEAKER, runner_container
+from .lambda_events import cold_start
 from .serving import Services, fleet_settings, runner_settings, running_fleet, serving
 from .serving import free_port as free_port  # tests import it from here
 
@@ -172,6 +175,24 @@ def runner_engine() -> Iterator[tuple[engines.Engine, str]]:
     """An engine whose default seccomp profile is the runner's (a Swarm node of runners), and an empty image."""
     with engines.engine("runners", seccomp=SECCOMP, userns=USERNS) as engine:
         yield engine, engines.empty_image(engine)
+
+
+@pytest.fixture
+def functions(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, dict[str, str]], ModuleType]]:
+    """The Lambda functions' modules, each imported afresh (a cold start: lambda_events.py),
+    and each one's service closed after the test, as Lambda's SIGTERM would (whose handler
+    the import sets is put back: the test process is no execution environment)."""
+    made: list[ModuleType] = []
+    kept = signal.getsignal(signal.SIGTERM)
+
+    def start(module: str, env: dict[str, str]) -> ModuleType:
+        made.append(cold_start(monkeypatch, module, env))
+        signal.signal(signal.SIGTERM, kept)
+        return made[-1]
+
+    yield start
+    for module in made:
+        module.service.close()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import importlib
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -38,6 +39,10 @@ class Context:
     memory_limit_in_mb: int = 512
     invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:codeexec-ApiFunction"
     aws_request_id: str = "52fdfc07-2182-454f-963f-5f0f9a621d72"
+
+
+# The `functions` fixture: a cold start of a function's module (tests/conftest.py).
+Functions = Callable[[str, dict[str, str]], ModuleType]
 
 
 def cold_start(monkeypatch: pytest.MonkeyPatch, module: str, env: dict[str, str]) -> ModuleType:

@@ -23,8 +23,8 @@ from .lambda_events import (
     SAM_LOCAL_KEY,
     SAMPLE_SESSION,
     Context,
+    Functions,
     body_of,
-    cold_start,
     json_of,
     load_event,
     printed,
@@ -49,8 +49,8 @@ def env(monkeypatch: pytest.MonkeyPatch, sandbox_root: Path) -> Iterator[dict]:
 
 
 @pytest.fixture
-def api(monkeypatch: pytest.MonkeyPatch, env: dict) -> ModuleType:
-    return cold_start(monkeypatch, "handlers.api", env)
+def api(env: dict, functions: Functions) -> ModuleType:
+    return functions("handlers.api", env)
 
 
 def call(api: ModuleType, name: str, replace: dict[str, str] | None = None) -> dict[str, Any]:
@@ -181,23 +181,23 @@ def test_metrics_count_runs_and_failures(
     assert "Runs" not in metrics[-1]
 
 
-def test_the_local_backend_refuses_to_start_inside_lambda(monkeypatch: pytest.MonkeyPatch, env: dict) -> None:
+def test_the_local_backend_refuses_to_start_inside_lambda(env: dict, functions: Functions) -> None:
     with pytest.raises(RuntimeError, match="refuses to run inside AWS Lambda"):
-        cold_start(monkeypatch, "handlers.api", {**env, "AWS_LAMBDA_FUNCTION_NAME": "codeexec-ApiFunction"})
+        functions("handlers.api", {**env, "AWS_LAMBDA_FUNCTION_NAME": "codeexec-ApiFunction"})
 
 
 def test_the_reaper_ends_idle_sessions_only(
-    api: ModuleType, monkeypatch: pytest.MonkeyPatch, env: dict, capsys: pytest.CaptureFixture[str]
+    api: ModuleType, env: dict, capsys: pytest.CaptureFixture[str], functions: Functions
 ) -> None:
     session = upload(api)
     schedule = load_event("reaper")
 
-    reaper = cold_start(monkeypatch, "handlers.reaper", env)
+    reaper = functions("handlers.reaper", env)
     report = reaper.handler(schedule, Context())
     assert (report["seen"], report["ended"], report["skipped"], report["failed"]) == (1, 0, 0, 0)
     assert call(api, "files", {SAMPLE_SESSION: session})["statusCode"] == 200
 
-    reaper = cold_start(monkeypatch, "handlers.reaper", {**env, "IDLE_TIMEOUT_SECONDS": "0"})
+    reaper = functions("handlers.reaper", {**env, "IDLE_TIMEOUT_SECONDS": "0"})
     capsys.readouterr()
     assert reaper.handler(schedule, Context())["ended"] == 1
     assert call(api, "files", {SAMPLE_SESSION: session})["statusCode"] == 404

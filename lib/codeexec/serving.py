@@ -13,7 +13,9 @@ uvicorn, import as well.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import socket
 from typing import Any, Literal
 
 import uvicorn
@@ -26,6 +28,7 @@ from .telemetry.exporter import Exporter
 # when both close at the same moment, the client sends its next request on a socket the
 # server is closing, and the call fails without reaching the service.
 KEEP_ALIVE_SECONDS = 75
+log = logging.getLogger("codeexec")
 
 def config(app: Any, host: str, port: int, lifespan: Literal["auto", "off"] = "auto") -> uvicorn.Config:
     # The process's logging is configured already (telemetry/logs.py), and each call's line
@@ -42,11 +45,23 @@ def server(app: Any, host: str, port: int) -> uvicorn.Server:
 
 def with_metrics(app: Any, telemetry: Telemetry, host: str, port: int, metrics_port: int) -> list[uvicorn.Server]:
     """The app's server, and beside it the listener of its Prometheus metrics, unless
-    `metrics_port` is 0 (telemetry/exporter.py)."""
+    `metrics_port` is 0 (telemetry/exporter.py). A metrics port another process holds (a
+    second runner on one host) leaves this one without metrics, said in its log: the API
+    serves all the same."""
     servers = [server(app, host, port)]
-    if metrics_port and telemetry.metrics is not None:
-        servers.append(uvicorn.Server(config(Exporter(telemetry.metrics), host, metrics_port, lifespan="off")))
-    return servers
+    if not metrics_port or telemetry.metrics is None:
+        return servers
+    listening = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, metrics_port))
+    except OSError as exc:
+        listening.close()
+        log.error("no metrics: port %d is taken (%s); set METRICS_PORT or RUNNER_METRICS_PORT", metrics_port, exc)
+        return servers
+    exporter = config(Exporter(telemetry.metrics), host, metrics_port, lifespan="off")
+    exporter.fd = listening.detach()  # uvicorn listens on the socket bound here, open for the process's life
+    return [*servers, uvicorn.Server(exporter)]
 
 
 def serve(*servers: uvicorn.Server) -> None:

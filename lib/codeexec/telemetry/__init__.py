@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Protocol
 from ..reaper import ReapReport
 from ..sandbox.port import HostLoad
 from .calls import Call
-from .logs import call_line
+from .logs import CallLog
 
 if TYPE_CHECKING:
     from .history import History
     from .metrics import Metrics
 
-__all__ = ["Sink", "Telemetry"]
+__all__ = ["CallLog", "Sink", "Telemetry"]
 
 
 class Sink(Protocol):
@@ -45,7 +45,7 @@ class Telemetry:
         from .history import History
         from .metrics import Metrics
 
-        return cls(Metrics(process, hosts), History())
+        return cls(Metrics(process, hosts), History(), CallLog())
 
     @property
     def metrics(self) -> Metrics | None:
@@ -64,7 +64,6 @@ class Telemetry:
     def called(self, call: Call) -> None:
         for sink in self.sinks:
             sink.called(call)
-        call_line(call)
 
     def reaped(self, report: ReapReport) -> None:
         for sink in self.sinks:

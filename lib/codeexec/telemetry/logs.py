@@ -16,6 +16,7 @@ from typing import Any
 
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
+from ..reaper import ReapReport
 from .calls import Call, current
 
 CALLS = logging.getLogger("codeexec.calls")
@@ -45,7 +46,9 @@ class RequestId(logging.Filter):
 
 
 # What every record has: anything else on one was given as `extra`.
-_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "request_id"}
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message", "asctime", "request_id", "color_message",  # uvicorn's own colored copy of its message
+}
 
 
 class _Text(logging.Formatter):
@@ -56,6 +59,16 @@ class _Text(logging.Formatter):
             record.request_id = "-"
         extra = "".join(f" {k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD)
         return super().format(record) + extra
+
+
+class CallLog:
+    """A sink of the process's telemetry: the one line of each call, when its answer has ended."""
+
+    def called(self, call: Call) -> None:
+        call_line(call)
+
+    def reaped(self, report: ReapReport) -> None:
+        return None  # the reaper logs its own line (reaper.py)
 
 
 def call_line(call: Call) -> None:
