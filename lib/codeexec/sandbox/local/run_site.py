@@ -1,0 +1,92 @@
+"""Every sandboxed Python's sitecustomize: not imported by the service, but written into each
+run as /code/.site/sitecustomize.py (layout.PYTHON_SITE), found first on PYTHONPATH, so
+neither Debian's nor a session's own sitecustomize runs.
+
+It takes itself off the path and adds the session's directory at the end, after the
+standard library and the installed packages. And it answers `nltk.download` itself: a run
+has no network, and the data programs ask for is installed (NLTK_DATA, deps/python/
+nltk-data.py), so the downloader says that at once instead of failing on the network.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Not `typing.TYPE_CHECKING`: every Python a run starts reads this file, and importing typing
+# would slow each of them; the names below are for the type checker alone.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
+
+sys.path[:] = [p for p in sys.path if p != "/code/.site"] + ["/mnt/data"]
+
+# The names programs still download by, for the data NLTK 3.9 and later read in their place.
+_RENAMED = {"punkt": "punkt_tab", "averaged_perceptron_tagger": "averaged_perceptron_tagger_eng"}
+
+
+def _installed() -> list[str]:
+    """The packages under NLTK_DATA, as the downloader names them (wordnet, vader_lexicon)."""
+    root = os.environ.get("NLTK_DATA", "")
+    try:
+        kinds = [os.path.join(root, kind) for kind in sorted(os.listdir(root))]
+        return sorted({name.removesuffix(".zip") for kind in kinds for name in os.listdir(kind)})
+    except OSError:
+        return []
+
+
+def _download(
+    self: object,
+    info_or_id: str | Sequence[str] | None = None,
+    *_: Any,
+    quiet: bool = False,
+    raise_on_error: bool = False,
+    **__: Any,
+) -> bool:
+    """nltk.download, offline: True when all it names is installed, as NLTK returns."""
+    installed = _installed()
+    wanted: Iterable[str] = [info_or_id] if isinstance(info_or_id, str) else info_or_id or []
+    missing = [name for name in wanted if _RENAMED.get(name, name) not in installed]
+    if missing or not info_or_id:
+        message = (
+            f"[nltk_data] runs have no network access, and {', '.join(missing) or 'nothing'} cannot be "
+            f"downloaded. Installed already, in {os.environ.get('NLTK_DATA')}: {', '.join(installed)}"
+        )
+        if raise_on_error:
+            raise ValueError(message)
+        print(message, file=sys.stderr)
+        return False
+    if not quiet:
+        print(f"[nltk_data] runs have no network access; {', '.join(wanted)}: installed already", file=sys.stderr)
+    return True
+
+
+class _OfflineNltk:
+    """Finds nltk.downloader as the path would, and patches it once it has run."""
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if name != "nltk.downloader":
+            return None
+        sys.meta_path.remove(self)
+        from importlib.util import find_spec
+
+        spec = find_spec(name)
+        loader: Any = spec and spec.loader
+        if loader is not None:
+            run = loader.exec_module
+
+            def exec_module(module: Any) -> None:
+                run(module)
+                module.Downloader.download = _download
+                module.download = module._downloader.download
+
+            loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _OfflineNltk())
