@@ -25,7 +25,7 @@ CODE_DIR = "/code"
 ENVIRONMENT = "/opt/sandbox"
 PYTHON_LIBS = f"{ENVIRONMENT}/python"
 NODE_MODULES = f"{ENVIRONMENT}/node/node_modules"
-TOOLS = f"{ENVIRONMENT}/tools"  # bin/python, bin/pip, matplotlibrc (deps/tools/)
+TOOLS = f"{ENVIRONMENT}/tools"  # bin/python, bin/pip, matplotlibrc, jupyter/ (deps/tools/)
 NLTK_DATA = f"{ENVIRONMENT}/nltk"  # corpora, tokenizers, taggers NLTK reads (deps/python/nltk-data.py)
 # matplotlib's font cache, built once on the host by `make install` (fonts.py), and where
 # matplotlib looks for it inside (HOME is /tmp, so ~/.cache/matplotlib).
@@ -65,8 +65,12 @@ _ENV = {
     # (tests/test_environment.py).
     "PYTHONPATH": f"{CODE_DIR}/.site:{PYTHON_LIBS}",
     "PYTHONNOUSERSITE": "1",  # as `-s`, for a `python` a script starts
-    # NLTK's data (deps/python/nltk-data.py).
+    # NLTK's data (deps/python/nltk-data.py). Jupyter's templates and kernel spec where the
+    # locked set installed them, which nbconvert does not look in by itself, and its
+    # configuration: `--to pdf` without TeX (tools/jupyter).
     "NLTK_DATA": NLTK_DATA,
+    "JUPYTER_PATH": f"{PYTHON_LIBS}/share/jupyter",
+    "JUPYTER_CONFIG_PATH": f"{TOOLS}/jupyter",
     # LibreOffice draws without a display; plotly's kaleido finds Debian's headless Chromium.
     "SAL_USE_VCLPLUGIN": "svp",
     "BROWSER_PATH": "/usr/bin/chromium-headless-shell",
