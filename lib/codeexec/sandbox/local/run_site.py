@@ -22,8 +22,6 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-sys.path[:] = [p for p in sys.path if p != "/code/.site"] + ["/mnt/data"]
-
 # The names programs still download by, for the data NLTK 3.9 and later read in their place.
 _RENAMED = {"punkt": "punkt_tab", "averaged_perceptron_tagger": "averaged_perceptron_tagger_eng"}
 
@@ -89,4 +87,7 @@ class _OfflineNltk:
         return spec
 
 
-sys.meta_path.insert(0, _OfflineNltk())
+# Only as a run's sitecustomize: the service never imports this file, and would not be changed if it did.
+if __name__ == "sitecustomize":
+    sys.path[:] = [p for p in sys.path if p != "/code/.site"] + ["/mnt/data"]
+    sys.meta_path.insert(0, _OfflineNltk())
