@@ -18,8 +18,11 @@ on disk and to install, and what each preloaded library costs to import in a run
 from __future__ import annotations
 
 import argparse
+import atexit
+import functools
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -104,13 +107,25 @@ def timed(argv: list[str], cwd: str | None = None) -> float:
     return time.monotonic() - started
 
 
+@functools.cache
+def sdist_wheels() -> str:
+    """The wheels of deps/python/sdists.txt, built as every install builds them (the lock pins
+    their hashes, and no registry has them), for the installs below to find."""
+    built = tempfile.mkdtemp()
+    atexit.register(shutil.rmtree, built)
+    build = [str(ROOT / "deps/python/build-wheels.sh"), built]
+    subprocess.run(build, check=True, capture_output=True, env={**os.environ, "UV": UV})
+    return built
+
+
 def install_table() -> None:
     print("\ninstall from the locks, empty caches, s")
     with tempfile.TemporaryDirectory() as scratch:
         python = timed([
             UV, "pip", "install", "--quiet", "--no-config", "--python", "/usr/bin/python3",
             "--target", f"{scratch}/python", "--cache-dir", f"{scratch}/uv-cache", "--require-hashes",
-            "--only-binary", ":all:", "--compile-bytecode", "-r", str(ROOT / "deps/python/requirements.lock"),
+            "--only-binary", ":all:", "--find-links", sdist_wheels(), "--compile-bytecode",
+            "-r", str(ROOT / "deps/python/requirements.lock"),
         ])  # fmt: skip
         print(f"  {'Python set (uv, bytecode compiled)':<44}{python:8.1f}")
         node = Path(scratch) / "node"
@@ -168,7 +183,7 @@ def _install_alone(pins: list[str]) -> float:
         return timed([
             UV, "pip", "install", "--quiet", "--no-config", "--python", "/usr/bin/python3", "--no-deps",
             "--target", f"{scratch}/python", "--cache-dir", f"{scratch}/uv-cache", "--require-hashes",
-            "--only-binary", ":all:", "--compile-bytecode", "-r", f"{scratch}/lock.txt",
+            "--only-binary", ":all:", "--find-links", sdist_wheels(), "--compile-bytecode", "-r", f"{scratch}/lock.txt",
         ])  # fmt: skip
 
 
