@@ -37,7 +37,7 @@ $(VENV)/.installed: requirements-dev.txt lib/pyproject.toml
 
 # The sandbox's environment from the locks (deps/environment.sh; docs/libraries.md).
 environment: $(ENVIRONMENT)/python.lock $(ENVIRONMENT)/nltk.lock $(ENVIRONMENT)/node.lock $(ENVIRONMENT)/tools.lock ## the sandbox's libraries under /opt/sandbox, from the locks
-$(ENVIRONMENT)/python.lock: deps/python/requirements.lock | $(VENV)/.installed
+$(ENVIRONMENT)/python.lock: deps/python/requirements.lock deps/python/numba-cache.py | $(VENV)/.installed
 	$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
 $(ENVIRONMENT)/nltk.lock: deps/python/nltk-data.txt deps/python/nltk-data.py | system-packages
 	$(SUDO) deps/environment.sh nltk $(ENVIRONMENT)

@@ -38,7 +38,7 @@ case $part in
       --require-hashes --only-binary :all: --find-links "$wheels" --compile-bytecode \
       -r "$deps/python/requirements.lock"
     rm -rf "$wheels"
-    stamp=$(cat "$deps/python/requirements.lock") ;;
+    stamp=$(cat "$deps/python/requirements.lock" "$deps/python/numba-cache.py") ;;
   nltk)
     python3 "$deps/python/nltk-data.py" "$new"
     stamp=$(cat "$deps/python/nltk-data.txt" "$deps/python/nltk-data.py") ;;
@@ -64,4 +64,11 @@ ln -sfn "$(basename "$new")" "$prefix/$part.link"
 [ -L "$prefix/$part" ] || [ ! -e "$prefix/$part" ] || mv "$prefix/$part" "$prefix/$part.old"
 mv -T "$prefix/$part.link" "$prefix/$part"
 rm -rf "$prefix/$part.old" ${current:+"$prefix/$current"}
+if [ "$part" = python ]; then
+  # librosa's numba kernels, compiled into the set (python/numba-cache.py says why). Only now:
+  # numba keys its cache on the path a run imports them from. A failure costs runs time only.
+  NUMBA_CACHE_DIR="$prefix/python/.numba-cache" PYTHONPATH="$prefix/python" /usr/bin/python3 -s \
+    "$deps/python/numba-cache.py" || echo "environment.sh: no numba cache; runs compile librosa's kernels" >&2
+  chmod -R a+rX "$prefix/python/"
+fi
 printf '%s\n' "$stamp" > "$prefix/$part.lock"

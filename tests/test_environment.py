@@ -149,7 +149,7 @@ from Crypto.Cipher import AES
 from geopy.distance import geodesic
 from gensim.models import Word2Vec
 from flask import Flask
-# Not librosa's analyses: their first call in a run compiles numba kernels for seconds.
+# librosa's analyses have a task of their own (75_librosa_audio).
 soundfile.write("tone.flac", np.sin(2 * np.pi * 440 * np.arange(8000) / 8000), 8000)
 print("soundfile", soundfile.info("tone.flac").frames, soundfile.read("tone.flac")[1])
 print("regex", regex.findall(r"\\p{Han}+", "abc 中文 def"), natsort.natsorted(["a10", "a2", "a1"]))

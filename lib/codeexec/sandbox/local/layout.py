@@ -65,6 +65,8 @@ _ENV = {
     # (tests/test_environment.py).
     "PYTHONPATH": f"{CODE_DIR}/.site:{PYTHON_LIBS}",
     "PYTHONNOUSERSITE": "1",  # as `-s`, for a `python` a script starts
+    # Where numba may write its cache, and finds the kernels compiled at install (run_site.py).
+    "NUMBA_CACHE_DIR": "/tmp/.cache/numba",
     # NLTK's data (deps/python/nltk-data.py). Jupyter's templates and kernel spec where the
     # locked set installed them, which nbconvert does not look in by itself, and its
     # configuration: `--to pdf` without TeX (tools/jupyter).

@@ -3,9 +3,10 @@ run as /code/.site/sitecustomize.py (layout.PYTHON_SITE), found first on PYTHONP
 neither Debian's nor a session's own sitecustomize runs.
 
 It takes itself off the path and adds the session's directory at the end, after the
-standard library and the installed packages. And it answers `nltk.download` itself: a run
+standard library and the installed packages. It answers `nltk.download` itself: a run
 has no network, and the data programs ask for is installed (NLTK_DATA, deps/python/
-nltk-data.py), so the downloader says that at once instead of failing on the network.
+nltk-data.py), so the downloader says that at once instead of failing on the network. And
+it gives numba the kernels compiled at install, which it would otherwise compile again.
 """
 
 from __future__ import annotations
@@ -62,26 +63,52 @@ def _download(
     return True
 
 
-class _OfflineNltk:
-    """Finds nltk.downloader as the path would, and patches it once it has run."""
+def _patch_nltk_downloader(module: Any) -> None:
+    module.Downloader.download = _download
+    module.download = module._downloader.download
+
+
+def _copy_numba_cache(module: Any) -> None:
+    """Before numba starts: the kernels compiled at install (librosa's, deps/python/
+    numba-cache.py), kept beside numba in the locked set, copied to NUMBA_CACHE_DIR in the
+    run's /tmp. numba reads no cache from a directory it cannot write, as the set is to a run."""
+    built = os.path.join(os.path.dirname(os.path.dirname(module.__file__)), ".numba-cache")
+    cache = os.environ.get("NUMBA_CACHE_DIR")
+    if cache and os.path.isdir(built) and not os.path.exists(cache):
+        import contextlib
+        import shutil
+
+        with contextlib.suppress(OSError):  # numba then compiles what it needs, as with no cache
+            shutil.copytree(built, cache)
+
+
+class _Hooks:
+    """Finds the modules named below as the path would, and runs each one's hook once: before
+    the module's code or after it."""
+
+    def __init__(self) -> None:
+        self.before = {"numba": _copy_numba_cache}
+        self.after = {"nltk.downloader": _patch_nltk_downloader}
 
     def find_spec(
         self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if name != "nltk.downloader":
+        before, after = self.before.pop(name, None), self.after.pop(name, None)
+        if before is None and after is None:
             return None
-        sys.meta_path.remove(self)
-        from importlib.util import find_spec
+        from importlib.machinery import PathFinder
 
-        spec = find_spec(name)
+        spec = PathFinder.find_spec(name, path)
         loader: Any = spec and spec.loader
         if loader is not None:
             run = loader.exec_module
 
             def exec_module(module: Any) -> None:
+                if before is not None:
+                    before(module)
                 run(module)
-                module.Downloader.download = _download
-                module.download = module._downloader.download
+                if after is not None:
+                    after(module)
 
             loader.exec_module = exec_module
         return spec
@@ -90,4 +117,4 @@ class _OfflineNltk:
 # Only as a run's sitecustomize: the service never imports this file, and would not be changed if it did.
 if __name__ == "sitecustomize":
     sys.path[:] = [p for p in sys.path if p != "/code/.site"] + ["/mnt/data"]
-    sys.meta_path.insert(0, _OfflineNltk())
+    sys.meta_path.insert(0, _Hooks())
