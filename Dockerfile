@@ -32,6 +32,7 @@ COPY deps/ /tmp/deps/
 RUN python3 -m venv /tmp/uv \
  && /tmp/uv/bin/pip install -q --no-cache-dir "$(grep -o '^uv==[^ ]*' /tmp/requirements-dev.txt)" \
  && UV=/tmp/uv/bin/uv UV_NO_CACHE=1 /tmp/deps/environment.sh python /opt/sandbox \
+ && /tmp/deps/environment.sh nltk /opt/sandbox \
  && /tmp/deps/environment.sh node /opt/sandbox \
  && /tmp/deps/environment.sh tools /opt/sandbox \
  && rm -rf /tmp/uv /tmp/deps /tmp/requirements-dev.txt /root/.npm /root/.cache

