@@ -21,6 +21,7 @@ from codeexec.settings import Settings
 
 from . import monitoring
 from .cloudformation import SAM_PYTHON, STACK_ID, TEMPLATE, Stack, translated
+from .fakes.models import check_request
 from .lambda_events import EVENTS
 
 ROOT = Path(__file__).parent.parent
@@ -352,12 +353,15 @@ def test_what_the_stack_reads_of_aws_is_what_aws_writes_of_its_own_resources(par
 
 
 @pytest.mark.parametrize("topic", ["", TOPIC], ids=["the stack's topic", "a topic of yours"])
-def test_every_alarm_tells_the_topic_when_it_fires_and_when_it_clears(topic: str) -> None:
+def test_every_alarm_is_well_formed_and_tells_the_topic_when_it_fires_and_clears(topic: str) -> None:
     stack = monitoring.stack(parameters={"AlarmTopicArn": topic})
     assert bool(stack.resources("AWS::SNS::Topic")) == (not topic)
     alarms = stack.resources("AWS::CloudWatch::Alarm")
     assert len(alarms) == 8
     for name, alarm in alarms.items():
+        check_request("cloudwatch", "PutMetricAlarm", {"AlarmName": name} | alarm)  # CloudWatch's model of an alarm
+        # The model says only "a string" of this one; CloudWatch takes these four.
+        assert alarm["TreatMissingData"] in ("breaching", "notBreaching", "ignore", "missing"), name
         assert alarm["AlarmActions"] == alarm["OKActions"] == [topic or "AlarmTopic-physical"], name
         assert 'docs/aws.md "Alarms"' in alarm["AlarmDescription"], name
         if "Metrics" in alarm:  # metric math: one result, of queries it names
