@@ -18,6 +18,9 @@ from aws_lambda_powertools.utilities import parameters
 
 from codeexec.settings import get_settings
 
+from .emf import problems as emf_problems
+from .monitoring import Metric
+
 EVENTS = Path(__file__).parent.parent / "events"
 # The session id the sample events carry; tests put a real one in its place.
 SAMPLE_SESSION = "Uakgb_J5m9g-0JDMbcJqL"
@@ -80,8 +83,27 @@ def json_of(response: dict[str, Any]) -> Any:
 def printed(stdout: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The structured log lines a function printed, and its metrics: one dict per EMF
     document, each metric's value and each dimension's."""
-    documents = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    documents = _documents(stdout)
     return [d for d in documents if "_aws" not in d], [_metrics(d) for d in documents if "_aws" in d]
+
+
+def written(stdout: str) -> set[Metric]:
+    """Every metric the EMF documents printed file in CloudWatch: namespace, name, dimensions."""
+    found = set()
+    for emf in (d for d in _documents(stdout) if "_aws" in d):
+        for directive in emf["_aws"]["CloudWatchMetrics"]:
+            for dimension_set in directive["Dimensions"]:
+                dimensions = frozenset((name, emf[name]) for name in dimension_set)
+                found |= {Metric(directive["Namespace"], m["Name"], dimensions) for m in directive["Metrics"]}
+    return found
+
+
+def _documents(stdout: str) -> list[dict[str, Any]]:
+    """The JSON lines printed; an EMF one only if it is one as CloudWatch's specification words it."""
+    documents = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    for emf in (d for d in documents if "_aws" in d):
+        assert not (wrong := emf_problems(emf)), (wrong, emf)
+    return documents
 
 
 def _metrics(emf: dict[str, Any]) -> dict[str, Any]:

@@ -3,10 +3,11 @@ Metric Format lines written by Powertools for AWS Lambda, which CloudWatch Logs 
 metrics in the stack's namespace (POWERTOOLS_METRICS_NAMESPACE). template.yaml's alarms and
 dashboard read them (docs/operations.md lists them).
 
-Each figure is written once without dimensions (what an alarm watches: CloudWatch matches
-a metric's dimensions exactly) and, where it has any, once more by them, in a line of its
-own (a Powertools metric set has one set of dimensions). The dimensions are the Prometheus
-labels' bounded values.
+Each figure is written once by the service alone (Powertools' `service` dimension, which
+is what an alarm or a percentile across languages reads: CloudWatch matches a metric's
+dimensions exactly) and, where it has any, once more by them, under a name of its own
+(...By...) and in a line of its own (a Powertools metric set has one set of dimensions).
+The dimensions are the Prometheus labels' bounded values.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ class CloudWatchMetrics:
             self._add("Runs", 1)
             self._add("RunTimeouts", int(run.outcome == "timeout"))
             self._by("RunsByLanguage", MetricUnit.Count, 1, Language=run.lang, Outcome=run.outcome)
-            self._by("RunDuration", MetricUnit.Milliseconds, run.seconds * 1000, Language=run.lang, Start=run.start)
+            milliseconds = run.seconds * 1000
+            self._metrics.add_metric(name="RunDuration", unit=MetricUnit.Milliseconds, value=milliseconds)
+            self._by("RunDurationByLanguage", MetricUnit.Milliseconds, milliseconds, Language=run.lang, Start=run.start)
         if call.status == 429:
             self._add("RateLimited", 1)
             self._by("RateLimitedByReason", MetricUnit.Count, 1, Route=call.route, Reason=call.refused or "")
