@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import base64
 import copy
-import functools
 import json
-import subprocess
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import kubernetes_validate
@@ -23,62 +20,25 @@ import yaml
 
 from codeexec.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
-CHART = ROOT / "deploy" / "helm" / "codeexec"
-HELM = ROOT / ".tools" / "bin" / "helm"
-VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-# 1.30: the chart's floor (Chart.yaml kubeVersion, the AppArmor field); 1.35: kubectl's own.
-MINORS = ("1.30.0", "1.33.0", "1.34.0", "1.35.0")
-RELEASE, NAMESPACE = "codeexec", "sandbox"
+from .helpers.helm import (
+    CHART,
+    MINORS,
+    NAMESPACE,
+    RELEASE,
+    VALUES,
+    Obj,
+    container,
+    env,
+    helm,
+    matches,
+    one,
+    pod_labels,
+    render,
+    values_of,
+)
+
 # What the runner was measured to need (docs/kubernetes.md "Privilege"), and nothing more.
 RUNNER_CAPABILITIES = {"SYS_ADMIN", "SETUID", "SETGID", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL"}
-
-Obj = dict[str, Any]
-
-
-def helm(*args: str) -> subprocess.CompletedProcess[str]:
-    if not HELM.exists():
-        pytest.fail(f"{HELM} is missing: `make helm-tools` installs it")
-    return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=120, check=False)
-
-
-@functools.cache
-def render(values: Path, *sets: str) -> tuple[Obj, ...]:
-    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", str(values)]
-    done = helm(*args, *(arg for s in sets for arg in ("--set", s)))
-    assert done.returncode == 0, done.stderr
-    return tuple(o for o in yaml.safe_load_all(done.stdout) if o)
-
-
-def values_of(values: Path) -> Obj:
-    loaded: Obj = yaml.safe_load(values.read_text())
-    return loaded
-
-
-def one(objects: tuple[Obj, ...], kind: str, component: str | None = None) -> Obj:
-    found = [o for o in objects if o["kind"] == kind and (
-        component is None or o["metadata"]["labels"].get("app.kubernetes.io/component") == component)]
-    assert len(found) == 1, f"{len(found)} {kind} objects ({component})"
-    return found[0]
-
-
-def container(workload: Obj) -> Obj:
-    (only,) = workload["spec"]["template"]["spec"]["containers"]
-    c: Obj = only
-    return c
-
-
-def env(workload: Obj) -> dict[str, Obj]:
-    return {e["name"]: e for e in container(workload)["env"]}
-
-
-def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
-
-
-def pod_labels(workload: Obj) -> dict[str, str]:
-    labels: dict[str, str] = workload["spec"]["template"]["metadata"]["labels"]
-    return labels
 
 
 ids = [v.name.removesuffix("-values.yaml") for v in VALUES]
@@ -155,7 +115,7 @@ def test_the_url_template_names_each_runner_pod_by_the_headless_service(values: 
     assert headless["spec"]["publishNotReadyAddresses"] is True
     domain = values_of(values).get("clusterDomain", "cluster.local")
     (port,) = headless["spec"]["ports"]
-    (container_port,) = container(runners)["ports"]
+    (container_port,) = [p for p in container(runners)["ports"] if p["name"] == "http"]
     assert port["targetPort"] == container_port["name"]
     assert str(container_port["containerPort"]) == env(runners)["RUNNER_PORT"]["value"]
     assert env(runners)["RUNNER_INDEX"]["value"] == "ordinal"
