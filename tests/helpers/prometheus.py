@@ -53,12 +53,6 @@ class Prometheus:
             time.sleep(0.1)
         return result
 
-    def alerts(self) -> list[dict[str, Any]]:
-        """The alerts pending or firing now."""
-        answer = httpx.get(f"{self.url}/api/v1/alerts", timeout=10).json()
-        alerts: list[dict[str, Any]] = answer["data"]["alerts"]
-        return alerts
-
     def rules(self) -> list[dict[str, Any]]:
         answer = httpx.get(f"{self.url}/api/v1/rules", timeout=10).json()
         return [rule for group in answer["data"]["groups"] for rule in group["rules"]]
