@@ -10,7 +10,6 @@ puts each runner on a host of its own (a network namespace) to kill, freeze and 
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import threading
 import time
@@ -24,76 +23,23 @@ from pydantic import SecretStr, ValidationError
 
 from codeexec import ids
 from codeexec.api.app import create_app
-from codeexec.runner.app import create_runner_app
-from codeexec.runner.build import build_runner
 from codeexec.sandbox.runner import FleetConfig, RunnerFleet
 from codeexec.settings import Settings
 
 from .calls import run, session_on_runner, upload
 from .conftest import API_KEY
-from .serving import RUNNER_KEY, Services, fleet_settings, free_port, serving
+from .helpers.fleet import Fleet
+from .serving import RUNNER_KEY, Services, fleet_settings, free_port
 
 USER_ID = "64f0c0ffee0000000000abcd"
 USER = {"user_id": USER_ID}  # an exec's, as G1 LibreChat names its user
 CALLER = {"X-API-Key": API_KEY, "User-Id": USER_ID}  # an upload names it in User-Id
 
 
-class Counted:
-    """A runner's app, counting the requests it gets (but /health, which the service asks
-    every second of its own accord)."""
-
-    def __init__(self) -> None:
-        self.app: Any = None  # the app of the runner process now serving, if any
-        self.paths: list[str] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health":
-            self.paths.append(scope["path"])
-        await self.app(scope, receive, send)
-
-
-class Fleet:
-    """Runners on loopback, each startable and stoppable on its own port, sharing one root."""
-
-    def __init__(self, settings: Settings, count: int) -> None:
-        self.settings = settings
-        self.ports = [free_port() for _ in range(count)]
-        self.apps = [Counted() for _ in range(count)]
-        self._serving: dict[int, contextlib.ExitStack] = {}
-
-    def _runner(self, index: int) -> Any:
-        own = {"runner_index": str(index), "runner_key": SecretStr(RUNNER_KEY)}
-        return build_runner(self.settings.model_copy(update=own))
-
-    @property
-    def urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{port}" for port in self.ports]
-
-    def start(self, index: int) -> None:
-        """Runner `index` as a new process would be: its own runner over the one root."""
-        stack = contextlib.ExitStack()
-        self.apps[index].app = create_runner_app(self._runner(index))
-        stack.enter_context(serving(self.apps[index], port=self.ports[index]))
-        self._serving[index] = stack
-
-    def stop(self, index: int) -> None:
-        self._serving.pop(index).close()
-
-    def requests(self) -> list[int]:
-        return [len(app.paths) for app in self.apps]
-
-    def close(self) -> None:
-        for index in list(self._serving):
-            self.stop(index)
-
-
 @pytest.fixture
 def fleet(settings: Settings) -> Iterator[Fleet]:
-    made = Fleet(settings, 3)
-    for index in range(3):
-        made.start(index)
-    yield made
-    made.close()
+    with Fleet.running(settings, 3) as made:
+        yield made
 
 
 def replica(settings: Settings, fleet: Fleet, services: Services) -> FastAPI:
@@ -106,8 +52,6 @@ def replica(settings: Settings, fleet: Fleet, services: Services) -> FastAPI:
 @pytest.fixture
 def client(settings: Settings, fleet: Fleet, services: Services) -> TestClient:
     return TestClient(replica(settings, fleet, services), headers=CALLER)
-
-
 
 
 def test_an_id_names_its_runner_and_keeps_120_random_bits() -> None:
