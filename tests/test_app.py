@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from .calls import file_id, run, upload
 from .conftest import API_KEY
+from .helpers.processes import modules_imported
 from .serving import Services
 
 
@@ -239,3 +240,10 @@ def test_chunked_upload_without_a_length_stops_at_the_limit(app, settings) -> No
     assert replies[0]["status"] == 413
     assert json.loads(replies[1]["body"])["error"] == "Payload too large"
     assert handed_out * len(chunk) < 2 * settings.max_upload_bytes  # it stopped reading at the limit
+
+
+def test_the_domain_reads_no_request_shape() -> None:
+    """Issue 44, item 4: the API turns a request into the domain's own command
+    (api/commands.py); sessions and programmatic workflows import neither the wire nor the API."""
+    domain = "codeexec.sessions, codeexec.programmatic"
+    assert modules_imported(domain, ("fastapi", "codeexec.api", "codeexec.wire")) == []

@@ -22,8 +22,8 @@ from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.local import LocalSandboxes
 from codeexec.sandbox.port import Owner
 from codeexec.sessions import SessionLimits, Sessions
+from codeexec.sessions.commands import Execute, Landing
 from codeexec.settings import Settings
-from codeexec.wire import ExecRequest
 
 from .serving import Services, serving
 
@@ -116,7 +116,7 @@ def test_a_session_in_a_long_run_is_not_ended(sandboxes: LocalSandboxes) -> None
 
 def test_a_real_run_holds_its_session(sandboxes: LocalSandboxes, settings: Settings) -> None:
     session = new_session(sandboxes)
-    request = ExecRequest(lang="bash", code="sleep 1.5; echo done > done.txt", session_id=session)
+    request = Execute("bash", "sleep 1.5; echo done > done.txt", landing=Landing(session_id=session))
     with ThreadPoolExecutor(1) as pool:
         reply = pool.submit(sessions_over(sandboxes).execute, Caller("default", None), request)
         time.sleep(0.5)
@@ -164,7 +164,7 @@ def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> 
         os.utime(sandboxes.root / session / "lock", (past, past))
 
     def one_run(i: int) -> tuple[str, str, list[str]]:
-        request = ExecRequest(lang="py", code=f"open('f{i}.txt','w').write('{i}')\nprint({i})")
+        request = Execute("py", f"open('f{i}.txt','w').write('{i}')\nprint({i})")
         reply = sessions_over(sandboxes).execute(Caller("default", None), request)
         return reply.session_id, reply.stdout, [f.path for f in reply.outputs]
 

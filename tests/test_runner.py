@@ -32,6 +32,7 @@ from codeexec.settings import Settings
 
 from .calls import run, upload
 from .conftest import API_KEY
+from .helpers.processes import modules_imported
 from .serving import RUNNER_KEY, Services, free_port, runner_settings, running_runner
 
 OWNER = OwnerTag("org", "user")
@@ -269,10 +270,5 @@ def test_python_m_codeexec_runner_serves_and_reaps_on_its_own_timer(sandbox_root
 
 def test_the_runner_imports_neither_the_api_nor_the_embedded_server() -> None:
     """What a MicroVM starts: the port over HTTP, without FastAPI's import time."""
-    probe = (
-        "import sys, codeexec.runner.__main__\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'fastapi' or m.startswith(('codeexec.api', "
-        "'codeexec.server', 'codeexec.sessions', 'codeexec.programmatic'))))"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    layers = ("fastapi", "codeexec.api", "codeexec.server", "codeexec.sessions", "codeexec.programmatic")
+    assert modules_imported("codeexec.runner.__main__", layers) == []

@@ -1,9 +1,11 @@
 """The embedded service (`python -m codeexec.server`) as a process of its own: what a
-crash leaves, or what a process inherits from whoever started it, is the point."""
+crash leaves, or what a process inherits from whoever started it, is the point; and what a
+fresh interpreter imports, which a test process that has imported everything cannot tell."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -44,3 +46,15 @@ def service(
         if process.poll() is None:
             process.kill()
         process.wait(timeout=30)
+
+
+def modules_imported(modules: str, under: Sequence[str]) -> list[str]:
+    """The modules under the packages `under` that a fresh interpreter holds once it has
+    imported `modules` (comma-separated): what a layer drags in."""
+    probe = (
+        f"import sys, json, {modules}\n"
+        f"under = {list(under)!r}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if any(m == u or m.startswith(u + '.') for u in under))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return list(json.loads(done.stdout))

@@ -9,15 +9,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
+from ...programmatic.commands import NextRound
 from ...sessions.placement import first_named
 from ...wire import ProgrammaticRequest, Text
+from .. import commands
 from ..dependencies import CallerDep, ServiceDep
 from ..replies import programmatic_reply
-from ..running import answer, cancel_key, stateful
+from ..running import answer
 
 PROGRAMMATIC_PATH = "/v1/exec/programmatic"
 CANCEL_PATH = "/v1/exec/programmatic/cancel"
-WORKSPACE_HEADER = "x-librechat-code-workspace-id"
 
 router = APIRouter()
 
@@ -30,18 +31,15 @@ class CancelRequest(BaseModel):
 
 @router.post(PROGRAMMATIC_PATH)
 async def programmatic(body: ProgrammaticRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
-    profile, key = stateful(request), cancel_key(request, caller)
+    order = commands.programmatic(body, request, caller)
     caller = caller.named(body.user_id)
-    if workspace := request.headers.get(WORKSPACE_HEADER):
-        # The bash tool's attached workspace: a session of its own per user, as a hint's.
-        body.runtime_session_hint, profile = f"workspace:{workspace}", True
     programs, user = service.programs, caller.owner.tag()
-    if body.continuation_token:  # its session is in the token, known once it verifies
-        work = lambda: programmatic_reply(programs.resume(caller, body, key))  # noqa: E731
-        run = service.admission.start_run(user, programs.session_of(caller, body), work, caller.key)
+    if isinstance(order, NextRound):  # its session is in the token, known once it verifies
+        work = lambda: programmatic_reply(programs.resume(caller, order))  # noqa: E731
+        run = service.admission.start_run(user, programs.session_of(caller, order), work, caller.key)
     else:
-        work = lambda: programmatic_reply(programs.start(caller, body, profile, key))  # noqa: E731
-        run = service.admission.start_run(user, first_named(caller, body), work, caller.key)
+        work = lambda: programmatic_reply(programs.start(caller, order))  # noqa: E731
+        run = service.admission.start_run(user, first_named(caller, order.landing), work, caller.key)
     return await answer(run, service.settings.exec_keepalive_seconds)
 
 
