@@ -9,6 +9,7 @@ from ...sessions.placement import first_named
 from ...telemetry import calls
 from ...wire import ExecRequest
 from .. import commands
+from ..body_limits import JSON_BODY, body_limit
 from ..dependencies import CallerDep, ServiceDep
 from ..replies import exec_reply
 from ..running import answer
@@ -19,6 +20,7 @@ router = APIRouter()
 
 
 @router.post(EXEC_PATH)
+@body_limit(JSON_BODY)
 async def execute(body: ExecRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
     calls.note_lang(body.lang)
     order = commands.execute(body, request, caller)

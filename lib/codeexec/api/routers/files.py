@@ -15,6 +15,7 @@ from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from ...auth import Caller
 from ...streams import request_body
 from .. import commands, replies
+from ..body_limits import UPLOAD_BODY, body_limit
 from ..dependencies import CallerDep, Service, ServiceDep
 
 UPLOAD_PATH = "/v1/upload"
@@ -28,11 +29,13 @@ router = APIRouter()
 
 
 @router.post(UPLOAD_PATH)
+@body_limit(UPLOAD_BODY)
 async def upload(request: Request, service: ServiceDep, caller: CallerDep) -> replies.UploadReply:
     return replies.uploaded(*await _receive_upload(request, service, caller))
 
 
 @router.post(UPLOAD_BATCH_PATH)
+@body_limit(UPLOAD_BODY)
 async def upload_batch(request: Request, service: ServiceDep, caller: CallerDep) -> replies.BatchUploadReply:
     return replies.uploaded_batch(*await _receive_upload(request, service, caller))
 
@@ -83,7 +86,7 @@ def delete_object(session_id: str, file_id: str, service: ServiceDep, caller: Ca
 
 async def _receive_upload(request: Request, service: Service, caller: Caller) -> tuple[str, list[str]]:
     """Both generations' uploads, one file or a batch (what an upload means: commands.py)."""
-    # The gate has authenticated the caller and bounds the body (gate.py); the body is
+    # The gate has authenticated the caller and bounds the body (UPLOAD_BODY); the body is
     # read only with a slot, as it arrives, into the session (uploads.py). The slot counts
     # the session the query names: the form's fields are read with it held.
     caller = commands.uploader(request, caller)

@@ -13,6 +13,7 @@ from ...programmatic.commands import NextRound
 from ...sessions.placement import first_named
 from ...wire import ProgrammaticRequest, Text
 from .. import commands
+from ..body_limits import JSON_BODY, body_limit
 from ..dependencies import CallerDep, ServiceDep
 from ..replies import programmatic_reply
 from ..running import answer
@@ -30,6 +31,7 @@ class CancelRequest(BaseModel):
 
 
 @router.post(PROGRAMMATIC_PATH)
+@body_limit(JSON_BODY)
 async def programmatic(body: ProgrammaticRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
     order = commands.programmatic(body, request, caller)
     caller = caller.named(body.user_id)
@@ -44,6 +46,7 @@ async def programmatic(body: ProgrammaticRequest, request: Request, service: Ser
 
 
 @router.post(CANCEL_PATH)
+@body_limit(JSON_BODY)
 async def cancel(body: CancelRequest, service: ServiceDep, caller: CallerDep) -> dict[str, Any]:
     service.sessions.cancel(caller, body.request_id)
     return {"request_id": body.request_id, "status": "cancelled"}
