@@ -30,8 +30,11 @@ from codeexec.settings import Settings
 
 from .calls import run, session_on_runner, upload
 from .conftest import API_KEY
+from .helpers.contract import drive_g2_client
+from .helpers.g2 import KID, g2_settings
+from .helpers.tokens import Issuer
 from .hosts import Host, available, hosts
-from .serving import RUNNER_KEY, fleet_settings
+from .serving import RUNNER_KEY, fleet_settings, serving
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(not available(), reason="needs root and iproute2")]
 
@@ -39,6 +42,7 @@ PORT = 8080
 IDLE_SECONDS = 12  # each runner's own reaper ends a session idle this long
 CALLER = {"X-API-Key": API_KEY, "User-Id": "64f0c0ffee0000000000abcd"}
 CLIENTS = Path(__file__).parent / "contract_g2"
+SKILLS = Path(__file__).parent / "skills"
 
 
 class HostRunner:
@@ -185,11 +189,28 @@ def test_each_runner_reaps_its_own_and_the_service_lists_no_fleet(
     assert [client.get(f"/v1/download/{s}/a.txt").status_code for s in sessions] == [404, 404, 404]
 
 
+def test_a_skill_on_another_runner_reaches_the_run_through_librechat(
+    runners: list[HostRunner], settings: Settings, tmp_path: Path
+) -> None:
+    """A skill's session is the organization's: a colleague's run reads it from another
+    runner as it would on one host (it was refused there, and the run went without)."""
+    issuer = Issuer(tmp_path / "jwks.json")
+    issuer.add_key(KID, "EdDSA")
+    app = create_app(g2_settings(fleet_settings(settings, [r.url for r in runners]), issuer))
+    with serving(app) as base:
+        result = drive_g2_client(f"{base}/v1", issuer, "skills_client.mjs", "elsewhere")
+    assert result["client"]["version"] == "3.9.2" and result["status"] == 200
+    landed = [ids.runner_of(ran["artifact"]["session_id"]) for ran in result["runs"]]
+    assert landed[-1] != ids.runner_of(result["skill_session"]), landed
+    scripts = sorted(path.name for path in (SKILLS / "pdf" / "scripts").iterdir())
+    size = (SKILLS / "pdf" / "scripts" / "check_fillable_fields.py").stat().st_size
+    for ran in result["runs"]:
+        assert ran["content"] == "stdout:\n" + "\n".join([*scripts, str(size)]), ran["content"]
+
+
 def test_librechat_uploads_again_after_its_host_died_and_runs(
     replicas: list[TestClient], runners: list[HostRunner], settings: Settings
 ) -> None:
-    from .serving import serving
-
     assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
     with serving(replicas[0].app) as base:
         env = {"PATH": os.environ["PATH"], "LIBRECHAT_CODE_BASEURL": f"{base}/v1", "CODE_API_KEY": API_KEY}

@@ -291,6 +291,12 @@ class Run:
     inputs: tuple[Input, ...] = ()
     keep: Keep | None = None
 
+    @property
+    def reader(self) -> Access:
+        """The access its inputs are read with, wherever they live: a shared session of the
+        organization's (an agent's files, a skill) admits it, as well as the caller's own."""
+        return self.placement.access.to(Intent.READ)
+
 
 @dataclass(frozen=True)
 class Ran:

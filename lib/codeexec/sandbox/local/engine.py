@@ -28,7 +28,6 @@ from ..port import (
     Changes,
     FileInfo,
     Input,
-    Intent,
     Keep,
     Lease,
     Opened,
@@ -207,12 +206,11 @@ class ComposedSandboxes(Sandboxes):
         for index, wanted in enumerate(inputs):
             if index not in placed:
                 by_origin.setdefault(wanted.origin or sandbox.id, []).append(index)
-        reader = run.placement.access.to(Intent.READ)
         for origin_id, indexes in by_origin.items():
             try:
                 with contextlib.ExitStack() as stack:
                     own = origin_id == sandbox.id
-                    origin = sandbox if own else stack.enter_context(self.open(origin_id, reader.admits))
+                    origin = sandbox if own else stack.enter_context(self.open(origin_id, run.reader.admits))
                     placed |= {i: _place_one(origin, sandbox, inputs[i]) for i in indexes}
             except SessionNotFound:
                 placed |= {i: Placed(None) for i in indexes}

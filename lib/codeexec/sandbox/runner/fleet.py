@@ -226,7 +226,7 @@ class RunnerFleet(Sandboxes):
         for runner, placement in self._placed(run.placement):
             with contextlib.suppress(SessionNotFound), runner.calling() as port:
                 here = replace(run, placement=placement)
-                return port.execute(here, self._carried(runner, run.placement.access, run.inputs), slot)
+                return port.execute(here, self._carried(runner, run.reader, run.inputs), slot)
         raise SessionNotFound()
 
     def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
