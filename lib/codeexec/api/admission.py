@@ -22,7 +22,8 @@ Runs go to threads of their own, so however many there are, downloads, listings 
 Listings and downloads share the threads and the interpreter of everything else: each has
 slots of its own and the same shares by user (a listing of a large session costs seconds of
 a core; fifty of one user's made another's download wait half a minute). They are not
-counted by session: a client fetches a run's files at once.
+counted by session: a client fetches a run's files at once. A download (or a file's stat or
+removal) whose file only a listing finds takes a listing's slot for it too (`listing_slot`).
 """
 
 from __future__ import annotations
@@ -153,3 +154,7 @@ class Admission:
             yield
         finally:
             leave()
+
+    def listing_slot(self, user: Hashable) -> contextlib.AbstractContextManager[None]:
+        """A listing's slot: also what a download takes for a file only a listing finds."""
+        return self.read("listing", user)

@@ -14,13 +14,14 @@ one. Programmatic tool calling composes these same pieces (codeexec.programmatic
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from .. import ids
 from ..auth import Caller
-from ..errors import BadRequest
+from ..errors import BadRequest, FileNotFound, ListingNeeded
 from ..languages import canonical
 from ..large_files import LargeFiles
 from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, RunSlot, Sandboxes, SendTo
@@ -30,6 +31,10 @@ from .access import changing, reading, run_key
 from .outputs import Report
 
 __all__ = ["Download", "Report", "SessionLimits", "Sessions", "UploadTerms", "run_key"]
+
+T = TypeVar("T")
+# A listing's slot for a user (the admission's), held while one is taken.
+ListingSlot = Callable[[Hashable], AbstractContextManager[None]]
 
 
 @dataclass(frozen=True)
@@ -70,11 +75,13 @@ class Sessions:
         limits: SessionLimits,
         large_files: LargeFiles | None = None,
         run_slot: RunSlot = contextlib.nullcontext,
+        listing_slot: ListingSlot = lambda user: contextlib.nullcontext(),
     ) -> None:
         self.sandboxes = sandboxes
         self.limits = limits
         self.large_files = large_files
         self.run_slot = run_slot  # the admission's, taken once a run holds its session
+        self.listing_slot = listing_slot  # the admission's, in the caller's listing share
 
     # -- reads --------------------------------------------------------------------------
 
@@ -88,7 +95,10 @@ class Sessions:
         large = self.large_files
         key = large.new_key() if large else None
         send_to = SendTo(large.put_url(key), large.from_bytes) if large and key else None
-        opened = self.sandboxes.read_file(session_id, reading(caller), file_id, send_to)
+        access = reading(caller)
+        opened = self._by_id(
+            caller, session_id, file_id, lambda found: self.sandboxes.read_file(session_id, access, found, send_to)
+        )
         if opened.reader is None:
             return Download(opened.info, key=key)
         if large is None or key is None or not large.is_large(opened.info.size):
@@ -98,13 +108,37 @@ class Sessions:
         return Download(opened.info, key=key)
 
     def stat(self, caller: Caller, session_id: str, file_id: str) -> FileInfo:
-        return self.sandboxes.stat_file(session_id, reading(caller), file_id)
+        access = reading(caller)
+        return self._by_id(
+            caller, session_id, file_id, lambda found: self.sandboxes.stat_file(session_id, access, found)
+        )
+
+    def _by_id(self, caller: Caller, session_id: str, file_id: str, call: Callable[[str], T]) -> T:
+        """`call` with a file's id; where only a listing of its session finds it, the
+        listing is taken in the caller's listing share (a made-up id's costs a listing's
+        share, not a download's), and `call` given the path found."""
+        try:
+            return call(file_id)
+        except ListingNeeded:
+            pass
+        with self.listing_slot(caller.owner.tag()):
+            listing = self.sandboxes.list_files(session_id, reading(caller))
+        path = next((f.path for f in listing if ids.file_id(session_id, f.path) == file_id), None)
+        if path is None:
+            raise FileNotFound()
+        try:
+            return call(path)
+        except ListingNeeded:  # gone meanwhile, and its path has an id's shape
+            raise FileNotFound() from None
 
     # -- changes ------------------------------------------------------------------------
 
     def remove(self, caller: Caller, session_id: str, file_id: str) -> str:
         """Remove one file; returns its path."""
-        return self.sandboxes.remove_file(session_id, changing(caller), file_id)
+        access = changing(caller)
+        return self._by_id(
+            caller, session_id, file_id, lambda found: self.sandboxes.remove_file(session_id, access, found)
+        )
 
     def upload(
         self,

@@ -70,6 +70,10 @@ class Sandbox(Protocol):
     def list_files(self) -> list[FileInfo]:
         """Every regular file under the artifact directory, recursively."""
 
+    def find(self, file_id: str) -> str | None:
+        """The path of the file a derived id names, found without a listing; None when
+        it names none; ListingNeeded when only a listing could tell."""
+
     def remove_file(self, path: str) -> None: ...
 
     def exclusive(self) -> AbstractContextManager[None]:
@@ -261,14 +265,13 @@ def _open_first(origin: Sandbox, paths: Iterable[str]) -> tuple[BinaryIO, FileIn
 
 def _resolve(sandbox: Sandbox, file_id: str) -> FileInfo:
     """The file a bare id names (a download's, a removal's: no name comes with it): a raw
-    path, else a derived id matched against the session's own listing."""
+    path, else the path the session found for a derived id, without a listing."""
     with contextlib.suppress(BadRequest, FileNotFound):
         return sandbox.stat(ids.file_path(file_id))
-    if ids.is_file_id(file_id):
-        found = next((f for f in sandbox.list_files() if ids.file_id(sandbox.id, f.path) == file_id), None)
-        if found is not None:
-            return found
-    raise FileNotFound()
+    path = sandbox.find(file_id) if ids.is_file_id(file_id) else None
+    if path is None:
+        raise FileNotFound()
+    return sandbox.stat(path)
 
 
 def _check_replaces(current: bytes | None, keep: Keep) -> None:

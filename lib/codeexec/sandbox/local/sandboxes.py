@@ -6,13 +6,14 @@ runs under bubblewrap (bwrap.py).
         lock         flock: calls hold it shared, ending takes it exclusive
         run.lock     flock: the session's exclusive hold (every change to the session takes it)
         records/     the service's own records (programmatic workflows: port.Keep)
+        ids/         its files' ids, each a link to its path (fileids.py)
         staging-*/   an upload's files until all of them are in
         data/        the artifact directory, bound at /mnt/data inside the sandbox
     SANDBOX_ROOT/.runs/<run key>     a run in progress, in any process
     SANDBOX_ROOT/.cancel/<run key>   a cancel for a run, seen by the run in any process
 
 The program sees only data/, so it can neither read nor change its own lease, nor the
-service's records. "Last touched" is the mtime of lock, which every call that addresses
+service's records and ids. "Last touched" is the mtime of lock, which every call that addresses
 the session updates when it begins and again when it ends (a run longer than the idle
 limit is not idle).
 
@@ -48,6 +49,7 @@ from ...languages import LANGUAGES
 from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
 from . import bwrap, cgroups, files, owners
 from .engine import ComposedSandboxes
+from .fileids import FileIds
 from .launcher import Launcher
 from .limits import Confinement, Limits
 from .storage import Storage, over_limit
@@ -98,12 +100,16 @@ class LocalSandbox:
         self._path = path
         self._data = str(path / "data")
         self._backend = backend
+        self._ids = FileIds(path)
+        self._holding = False  # this call holds the session's exclusive hold
 
     def write_file(self, path: str, data: BinaryIO, limit: int) -> None:
         # The session's disk limit (the kernel's quota) holds for what comes in from
         # outside as for what runs write.
         try:
-            files.write_beneath(self._data, path, data, limit, self._backend.sandbox_user)
+            with self._ids.writing() as record:
+                files.write_beneath(self._data, path, data, limit, self._backend.sandbox_user)
+                record([path])
         except OSError as exc:
             raise over_limit(exc, self._backend.limits.max_session_bytes) from exc
 
@@ -117,7 +123,9 @@ class LocalSandbox:
             for path, data in pairs:
                 files.stage(fd, str(len(moves)), data, limit, self._backend.sandbox_user)
                 moves.append((path, fd, str(len(moves))))
-            files.move_beneath(self._data, moves, self._backend.sandbox_user)
+            with self._ids.writing() as record:
+                files.move_beneath(self._data, moves, self._backend.sandbox_user)
+                record(path for path, _, _ in moves)
         except OSError as exc:
             raise over_limit(exc, self._backend.limits.max_session_bytes) from exc
         finally:
@@ -144,7 +152,34 @@ class LocalSandbox:
         return files.stat_beneath(self._data, path)
 
     def list_files(self) -> list[FileInfo]:
-        return files.list_beneath(self._data)
+        if self._ids.whole():
+            return files.list_beneath(self._data)
+        with self._unchanging() as settled:
+            started = time.time_ns()
+            walked = files.walk_beneath(self._data)
+            self._ids.learn(((info.path, ctime) for info, ctime in walked), started, settled)
+        return [info for info, _ in walked]
+
+    def find(self, file_id: str) -> str | None:
+        return self._ids.find(file_id)
+
+    @contextlib.contextmanager
+    def _unchanging(self) -> Iterator[bool]:
+        """Whether no change to the session is under way while the block runs: this call
+        holds the session, or shares its hold now that no one else has it."""
+        if self._holding:
+            yield True
+            return
+        fd = os.open(self._path / "run.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
 
     def remove_file(self, path: str) -> None:
         files.remove_beneath(self._data, path)
@@ -153,6 +188,7 @@ class LocalSandbox:
         source = LANGUAGES[program.lang].source_name(program.code)
         launch = TOOLCHAINS[program.lang].launch(program.lang, source, program.code, program.args, program.timeout)
         self._restore_data_dir()
+        self._ids.stale()  # the listing after the run records what it made
         with self._backend.running(program.run_key) as cancelled:
             return self._backend.launcher.run(self._data, launch, cancelled)
 
@@ -168,8 +204,10 @@ class LocalSandbox:
         fd = os.open(self._path / "run.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             _lock_within(fd, self._backend.hold_wait_seconds)
+            self._holding = True
             yield
         finally:
+            self._holding = False
             os.close(fd)
 
 
@@ -281,6 +319,7 @@ class LocalSandboxes(ComposedSandboxes):
         data = path / "data"
         data.mkdir(mode=0o700)
         os.chown(data, *self.sandbox_user)
+        FileIds(path).make()
         lease = {
             "owner": {"org": owner.org, "user": owner.user},
             "shared": shared,
