@@ -9,6 +9,7 @@ puts each runner on a host of its own (a network namespace) to kill, freeze and 
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import logging
@@ -26,7 +27,7 @@ from codeexec import ids
 from codeexec.api.app import create_app
 from codeexec.runner.app import create_runner_app
 from codeexec.runner.build import build_runner
-from codeexec.sandbox.runner import FleetConfig, RunnerFleet
+from codeexec.sandbox.runner import FleetConfig, RunnerFleet, protocol
 from codeexec.settings import Settings
 
 from .calls import run, session_on_runner, upload
@@ -40,15 +41,19 @@ CALLER = {"X-API-Key": API_KEY, "User-Id": USER_ID}  # an upload names it in Use
 
 class Counted:
     """A runner's app, counting the requests it gets (but /health, which the service asks
-    every second of its own accord)."""
+    every second of its own accord); silent, past the client's patience, on a request
+    whose query names `silent_on`."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
         self.paths: list[str] = []
+        self.silent_on: str | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
             self.paths.append(scope["path"])
+            if self.silent_on and self.silent_on.encode() in scope["query_string"]:
+                await asyncio.sleep(protocol.SILENT_SECONDS + 0.5)
         await self.app(scope, receive, send)
 
 
@@ -239,6 +244,20 @@ def test_a_runner_that_stops_is_a_quick_503_and_comes_back_with_its_files(
         assert time.monotonic() < deadline, "the runner's sessions did not come back"
         time.sleep(0.2)
     assert client.get(f"/v1/download/{gone}/a.txt").content == b"a"
+
+
+def test_a_call_that_falls_silent_fails_alone(
+    settings: Settings, fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner is down only when it takes no connection or its /health fails: one call
+    silent too long was taken for the runner's death, and everyone's calls were 503s."""
+    monkeypatch.setattr(protocol, "SILENT_SECONDS", 1.0)  # the client's patience, for a quicker test
+    client = TestClient(replica(settings, fleet), headers=CALLER)
+    session = session_on_runner(client, 1, b"a")
+    fleet.apps[1].silent_on = "silent.txt"
+    assert client.get(f"/v1/download/{session}/silent.txt").status_code == 503
+    assert client.get(f"/v1/download/{session}/a.txt").content == b"a"
+    assert {"index": 1, "up": True} in client.get("/health").json()["runners"]
 
 
 def test_health_is_a_503_when_no_runner_answers(settings: Settings, fleet: Fleet, client: TestClient) -> None:

@@ -16,17 +16,19 @@ import tracemalloc
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from codeexec import errors
+from codeexec import errors, ids
 from codeexec.api.app import create_app
 from codeexec.sandbox import make_sandboxes
-from codeexec.sandbox.port import Access, Intent, Limit, OwnerTag, Placement, Program, Ran, Run
-from codeexec.sandbox.runner import RunnerFleet
+from codeexec.sandbox.local import LocalSandboxes
+from codeexec.sandbox.port import Access, Intent, Keep, Limit, OwnerTag, Placement, Program, Ran, Run
+from codeexec.sandbox.runner import RunnerFleet, protocol
 from codeexec.sandbox.runner.protocol import KEY_HEADER, frames, frames_of, run_json
 from codeexec.settings import Settings
 
@@ -127,6 +129,36 @@ def test_errors_cross_as_the_librarys_own(sandboxes: RunnerFleet) -> None:
     named = Placement(Access(OWNER, Intent.LAND), named=session)  # a session of the same id exists: not for landing
     with pytest.raises(errors.Conflict):
         sandboxes.execute(Run(Program("bash", "true"), replace(named, access=Access(OWNER_B, Intent.LAND))))
+
+
+def test_a_download_and_a_record_that_take_long_are_kept_alive(
+    settings: Settings, runner_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers of bytes are kept alive as JSON ones are: silent past SILENT_SECONDS, a
+    download was a 503, and the runner was taken for dead."""
+    monkeypatch.setattr(protocol, "SILENT_SECONDS", 1.2)  # the client's read timeout, for a quicker test
+    sandboxes = make_sandboxes(runner_settings(settings, runner_url))
+    assert isinstance(sandboxes, RunnerFleet)
+    read = Access(OWNER, Intent.READ)
+    session = new_session(sandboxes, {"a.txt": b"kept"})
+    keep = Keep(ids.derived_id("record"), b"the record")
+    sandboxes.execute(Run(Program("bash", "true"), land(OWNER, session), keep=keep))
+    for name in ("read_file", "read_record"):
+        real = getattr(LocalSandboxes, name)
+
+        def slow(*args: object, real: Any = real) -> Any:
+            time.sleep(protocol.SILENT_SECONDS + 0.5)
+            return real(*args)
+
+        monkeypatch.setattr(LocalSandboxes, name, slow)
+    started = time.monotonic()
+    with sandboxes.read_file(session, read, "a.txt").reader as reader:  # type: ignore[union-attr]
+        assert reader.read() == b"kept"
+    assert sandboxes.read_record(session, read, keep.key) == b"the record"
+    assert time.monotonic() - started > 2 * protocol.SILENT_SECONDS
+    with pytest.raises(errors.FileNotFound):  # a late error crosses as itself
+        sandboxes.read_file(session, read, "missing.txt")
+    sandboxes.close()
 
 
 def test_a_session_the_caller_is_not_admitted_to_is_not_touched(sandboxes: RunnerFleet) -> None:
