@@ -59,8 +59,9 @@ log = logging.getLogger("codeexec.local")
 
 _TOMBSTONE = ".ended-"
 _STAGING = "staging-"
-# A session subvolume without its lease this long after it was made is what a crash
-# left between the two: nothing opens it, nothing would reap it.
+# A session subvolume without a whole lease (none, one torn, or no lock) this long after
+# it last changed is what a crash left while it was being made: nothing opens it, nothing
+# would reap it. One being made now is never that old.
 _HALF_MADE_SECONDS = 60
 _RUNS = ".runs"
 _CANCELS = ".cancel"
@@ -241,6 +242,21 @@ def _sweep_staging(session: Path) -> None:
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
+def _half_made(session: Path) -> bool:
+    """Whether a crash cut the session short while it was made: no lease, a torn one, or
+    no lock, and nothing changed in it for _HALF_MADE_SECONDS. A lease that cannot be read
+    for another reason (out of descriptors) is not taken for torn."""
+    try:
+        if time.time() - session.stat().st_mtime < _HALF_MADE_SECONDS:
+            return False
+        _read_lease(session.name, session)
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def _lock_within(fd: int, seconds: float) -> None:
     """flock, but never waiting longer than `seconds`: a caller waiting for a session
     holds a thread, and a session busy for longer is better answered "try again"."""
@@ -291,15 +307,13 @@ class LocalSandboxes(ComposedSandboxes):
     named_sessions = True
 
     def _sweep_leftovers(self) -> None:
-        """Before serving, what a crash (or a stop before the teardown) left: run cgroups,
-        uploads' staging directories, sessions half made, endings not finished; only of
-        processes that are gone (owners.py)."""
-        cgroups.sweep(self.cgroup_parents)
-        for entry in os.scandir(self.root):
-            if entry.name.startswith(_TOMBSTONE):
-                self._finish_ending(entry.name)
-            elif ids.is_session_id(entry.name) and not self._remove_if_half_made(Path(entry.path)):
-                _sweep_staging(Path(entry.path))
+        """What a crash (or a stop before the teardown) left: run cgroups, uploads' staging
+        directories, sessions half made, endings not finished; only of processes that are
+        gone (owners.py). Before serving, and at every reaper pass (`leases`): a maker not
+        yet reaped at the start, or a run's processes still dying then, leaves nothing
+        for longer than one pass."""
+        for _ in self.leases():
+            pass
 
     def close(self) -> None:
         self.launcher.close()
@@ -327,8 +341,10 @@ class LocalSandboxes(ComposedSandboxes):
             "leased_at": time.time(),
             "ttl_seconds": self.lease_ttl_seconds,
         }
-        (path / "lease.json").write_text(json.dumps(lease))
-        (path / "lease.json").chmod(0o600)
+        # Whole or not there: a crash mid-write leaves no torn lease, only a session half made.
+        with tempfile.NamedTemporaryFile("w", dir=path, prefix=".lease-", delete=False) as staged:
+            staged.write(json.dumps(lease))
+        os.replace(staged.name, path / "lease.json")
         (path / "lock").touch(mode=0o600)
         with self.open(session_id, lambda lease: True) as sandbox:
             yield sandbox
@@ -443,31 +459,35 @@ class LocalSandboxes(ComposedSandboxes):
         return sum(1 for entry in os.scandir(self.root) if ids.is_session_id(entry.name))
 
     def leases(self) -> Iterator[Lease]:
+        """Every session's lease, as the root holds them; on the way, what a crash left is
+        removed (`_sweep_leftovers`)."""
         self._sweep_cancels()
+        cgroups.sweep(self.cgroup_parents)
+        return self._sessions()
+
+    def _sessions(self) -> Iterator[Lease]:
         for entry in os.scandir(self.root):
+            path = Path(entry.path)
             if entry.name.startswith(_TOMBSTONE):
                 self._finish_ending(entry.name)
-            elif ids.is_session_id(entry.name):
-                lease = self._lease_of(entry.name, Path(entry.path))
-                if lease is not None:
-                    yield lease
-                else:
-                    self._remove_if_half_made(Path(entry.path))
+            elif not ids.is_session_id(entry.name):
+                continue
+            elif (lease := self._lease_of(entry.name, path)) is not None:
+                _sweep_staging(path)
+                yield lease
+            else:
+                self._remove_if_half_made(path)
 
-    def _remove_if_half_made(self, path: Path) -> bool:
-        try:
-            if (path / "lease.json").exists() or time.time() - path.stat().st_mtime < _HALF_MADE_SECONDS:
-                return False
-        except OSError:
-            return False
+    def _remove_if_half_made(self, path: Path) -> None:
+        if not _half_made(path):
+            return
         tomb = f"{_TOMBSTONE}{path.name}"
         try:
             path.rename(self.root / tomb)
         except OSError:
-            return False
-        log.info("removing the session %s, half made (no lease)", path.name)
+            return
+        log.info("removing the session %s, half made (no whole lease)", path.name)
         self._finish_ending(tomb)
-        return True
 
     def _finish_ending(self, tomb: str) -> None:
         """An ending that did not finish; one that fails again is logged, and the pass goes on."""
@@ -487,10 +507,14 @@ class LocalSandboxes(ComposedSandboxes):
     @staticmethod
     def _lease_of(session_id: str, path: Path) -> Lease | None:
         try:
-            meta = json.loads((path / "lease.json").read_text())
-            touched = (path / "lock").stat().st_mtime
-            owner = OwnerTag(meta["owner"]["org"], meta["owner"]["user"])
-            shared, read_only = bool(meta["shared"]), bool(meta["read_only"])
-            return Lease(session_id, owner, shared, read_only, meta["leased_at"], meta["ttl_seconds"], touched)
+            return _read_lease(session_id, path)
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def _read_lease(session_id: str, path: Path) -> Lease:
+    meta = json.loads((path / "lease.json").read_text())
+    touched = (path / "lock").stat().st_mtime
+    owner = OwnerTag(meta["owner"]["org"], meta["owner"]["user"])
+    shared, read_only = bool(meta["shared"]), bool(meta["read_only"])
+    return Lease(session_id, owner, shared, read_only, meta["leased_at"], meta["ttl_seconds"], touched)
