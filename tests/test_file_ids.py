@@ -16,12 +16,14 @@ from fastapi.testclient import TestClient
 
 from codeexec import ids
 from codeexec.api.admission import LISTINGS
+from codeexec.api.app import create_app
 from codeexec.auth import Caller
 from codeexec.errors import RateLimited
 from codeexec.sandbox.local import files
 from codeexec.settings import Settings
 
 from .calls import run, upload
+from .conftest import API_KEY
 
 MADE_UP = ids.derived_id("made", "up")
 
@@ -121,3 +123,15 @@ def test_a_download_that_lists_takes_the_callers_listing_share(client: TestClien
         for slot in slots:
             slot.__exit__(None, None, None)
     assert found(client, session, "late.txt") == b"written as it died"
+
+
+def test_a_full_session_still_finds_its_files(settings: Settings, sandbox_root: Path) -> None:
+    """No room left for the record fails nothing: the record stays short, and a listing finds
+    what it misses."""
+    client = TestClient(create_app(settings.model_copy(update={"max_session_bytes": 8 << 20})),
+                        headers={"X-API-Key": API_KEY})  # fmt: skip
+    filled = run(client, "i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (900 << 10))\n    i += 1")
+    assert "Disk quota exceeded" in filled["stderr"]
+    session = filled["session_id"]
+    assert len(found(client, session, "f0")) == 900 << 10
+    assert client.get(f"/v1/download/{session}/{MADE_UP}").status_code == 404

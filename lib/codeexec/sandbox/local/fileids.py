@@ -63,19 +63,28 @@ class FileIds:
         """Before a change the record may miss; whether it was whole."""
         try:
             os.rename(self._dir / _WHOLE, self._dir / _STALE)
-            return True
         except FileNotFoundError:
             return False
+        except OSError:  # no room even for that (a full session): when it was whole is forgotten
+            os.unlink(self._dir / _WHOLE)
+        return True
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Callable[[Iterable[str]], None]]:
         """Files the service writes, each recorded as it is written (by the callable
-        yielded): the record is as whole after as it was before. One cut short leaves it
-        stale."""
+        yielded): the record is as whole after as it was before. One cut short, or with
+        no room left for the record, leaves it stale."""
         was_whole = self.stale()
-        yield self._record
-        if was_whole:
-            os.rename(self._dir / _STALE, self._dir / _WHOLE)
+        short: list[bool] = []
+
+        def record(paths: Iterable[str]) -> None:
+            if not self._record(paths):
+                short.append(True)
+
+        yield record
+        if was_whole and not short:
+            with contextlib.suppress(OSError):
+                os.rename(self._dir / _STALE, self._dir / _WHOLE)
 
     def learn(self, changed: Iterable[tuple[str, int]], started_ns: int, settled: bool) -> None:
         """What a listing that started at `started_ns` found, each path with its ctime:
@@ -86,23 +95,27 @@ class FileIds:
         try:
             since = os.stat(self._dir / _STALE).st_mtime_ns - _SLACK_NS
         except FileNotFoundError:  # never whole: a session older than the record
-            self._dir.mkdir(mode=0o700, exist_ok=True)
+            with contextlib.suppress(OSError):  # no room: it stays without one
+                self._dir.mkdir(mode=0o700, exist_ok=True)
             since = 0
-        self._record(path for path, ctime_ns in changed if ctime_ns >= since)
-        if settled:
-            fd = os.open(self._dir / _WHOLE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                os.utime(fd, ns=(started_ns, started_ns))
-            finally:
-                os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._dir / _STALE)
+        recorded = self._record(path for path, ctime_ns in changed if ctime_ns >= since)
+        if settled and recorded:
+            with contextlib.suppress(OSError):  # no room: it stays stale
+                fd = os.open(self._dir / _WHOLE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    os.utime(fd, ns=(started_ns, started_ns))
+                finally:
+                    os.close(fd)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._dir / _STALE)
 
-    def _record(self, paths: Iterable[str]) -> None:
+    def _record(self, paths: Iterable[str]) -> bool:
+        """Links for these paths; whether every one is there."""
         for path in paths:
             try:
                 os.symlink(path, self._dir / ids.file_id(self._session_id, path))
             except FileExistsError:
                 continue
-            except FileNotFoundError:  # a session older than the record: a listing makes it
-                return
+            except OSError:  # no room (a full session), or no record (older than it): it stays short
+                return False
+        return True
