@@ -91,6 +91,34 @@ def test_vsock_io_uring_and_what_the_sandbox_can_learn_of_its_host(api: httpx.Cl
     assert "--setenv" not in body["stdout"] and "--bind" not in body["stdout"]
 
 
+# Issue 42, item 6: A run's init.
+
+# /proc/1's memory, map and environment, and the init's descriptors (pidfd_getfd, 438 on
+# every architecture), each tried.
+READ_THE_INIT = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+for name in ("mem", "maps", "environ"):
+    try:
+        open(f"/proc/1/{name}", "rb").read(1)
+        print(name, "read")
+    except OSError as error:
+        print(name, error.errno)
+pidfd = os.pidfd_open(1)
+print("descriptors taken", sum(libc.syscall(438, pidfd, fd, 0) >= 0 for fd in range(16)))
+"""
+
+
+def test_a_run_cannot_read_its_init(api: httpx.Client) -> None:
+    """A cold run's pid 1 was bwrap itself, which holds the host's paths of the sandbox
+    root (its options, the host's mount table) and was dumpable: its memory was the
+    program's to read."""
+    body = exec_(api, READ_THE_INIT)
+    refused = errno.EACCES
+    assert body["stdout"] == f"mem {refused}\nmaps {refused}\nenviron {refused}\ndescriptors taken 0\n", body
+
+
 # Issue 19, item 8: A session's own files do not change how later runs start.
 
 
