@@ -11,7 +11,10 @@ First come, first served holds only within a share, so that no caller can take t
   quarters of the slots while it is alone, so a newcomer finds a slot free however many
   calls one user sends (without a queue, or a run stopped for it, only a free slot serves
   a newcomer at once);
-- a session at most SESSION_CALLS calls in flight: one runs, the others wait their turn;
+- a session at most SESSION_CALLS calls in flight: one runs, the others wait their turn.
+  An upload names its session, and is counted here; a run is counted by the backend, by
+  the session it lands in, which only the backend knows (the one it names may be gone, or
+  not the caller's, and its files' then chosen: `port.SESSION_CALLS`);
 - a run takes its slot only once it holds its session (`run_slot`, which `Sessions` hands
   the backend to enter inside the session's exclusive hold): a call waiting for a session
   that another call holds waits in a thread, holding no slot, and counts in its user's
@@ -37,12 +40,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from ..errors import RateLimited
+from ..sandbox.port import SESSION_CALLS
 
 T = TypeVar("T")
 # Memory the service keeps for itself before it counts runs' memory.
 _RESERVE_BYTES = 1 << 30
 _RUNS_PER_CORE = 4  # most runs wait on little: a core each would leave cores idle
-SESSION_CALLS = 3
 _RETRY_SECONDS = 2
 LISTINGS = 8  # listings in flight at most: a large one costs seconds of a core
 DOWNLOADS = 32  # downloads being opened at most (their bytes stream after)
@@ -115,10 +118,9 @@ class Admission:
             "download": Shares("download", DOWNLOADS, most=DOWNLOADS),
         }
 
-    def start_run(self, user: Hashable, session: str | None, work: Callable[[], T]) -> Future[T]:
-        """Start a run in a thread of its own, or RateLimited past the caller's share.
-        `session` is the one the call names (it may wait for it), None for a new one."""
-        leave = self._run_calls.enter(user, session)
+    def start_run(self, user: Hashable, work: Callable[[], T]) -> Future[T]:
+        """Start a run in a thread of its own, or RateLimited past the caller's share."""
+        leave = self._run_calls.enter(user, None)
         try:
             future = self._run_threads.submit(work)
         except BaseException:

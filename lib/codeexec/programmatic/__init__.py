@@ -87,11 +87,6 @@ class Programs:
         where = placement.for_run(caller, request, stateful, self.sessions.sandboxes.named_sessions)
         return self._round(caller, workflow, where, asked_for, run_key, inputs.of(request.files), request)
 
-    def session_of(self, caller: Caller, request: ProgrammaticRequest) -> str:
-        """The session a continuation runs in, its token's: known before its round is
-        taken on, so that it counts against that session's calls in flight."""
-        return self.tokens.verify(request.continuation_token or "", caller.owner.tag()).session
-
     def resume(self, caller: Caller, request: ProgrammaticRequest, run_key: str | None = None) -> Asked | Finished:
         """The next round, with the client's answers to the last one's calls."""
         claims = self.tokens.verify(request.continuation_token or "", caller.owner.tag())

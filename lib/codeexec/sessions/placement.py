@@ -29,14 +29,6 @@ def for_run(caller: Caller, request: RunRequest, stateful: bool, named_sessions:
     return Placement(landing(caller), _candidates(request))
 
 
-def first_named(caller: Caller, request: RunRequest) -> str | None:
-    """The session a run names before it runs (its hint's, the one it asks for, its first
-    own file's): the one whose turn it may wait for. None: it will lease a new one."""
-    if request.runtime_session_hint:
-        return _hinted(caller, request.runtime_session_hint)
-    return next(iter(_candidates(request)), None)
-
-
 def _hinted(caller: Caller, hint: str) -> str:
     owner = caller.owner.tag()
     return ids.derived_id("hint", owner.org, owner.user, hint)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ...sessions.placement import first_named
 from ...wire import ExecRequest
 from ..dependencies import CallerDep, ServiceDep
 from ..replies import exec_reply
@@ -21,5 +20,5 @@ async def execute(body: ExecRequest, request: Request, service: ServiceDep, call
     profile, key = stateful(request), cancel_key(request, caller)
     caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
     work = lambda: exec_reply(service.sessions.execute(caller, body, profile, key), body.lang)  # noqa: E731
-    run = service.admission.start_run(caller.owner.tag(), first_named(caller, body), work)
+    run = service.admission.start_run(caller.owner.tag(), work)
     return await answer(run, service.settings.exec_keepalive_seconds)

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
-from ...sessions.placement import first_named
 from ...wire import ProgrammaticRequest, Text
 from ..dependencies import CallerDep, ServiceDep
 from ..replies import programmatic_reply
@@ -38,10 +37,10 @@ async def programmatic(body: ProgrammaticRequest, request: Request, service: Ser
     programs, user = service.programs, caller.owner.tag()
     if body.continuation_token:  # its session is in the token, known once it verifies
         work = lambda: programmatic_reply(programs.resume(caller, body, key))  # noqa: E731
-        run = service.admission.start_run(user, programs.session_of(caller, body), work)
+        run = service.admission.start_run(user, work)
     else:
         work = lambda: programmatic_reply(programs.start(caller, body, profile, key))  # noqa: E731
-        run = service.admission.start_run(user, first_named(caller, body), work)
+        run = service.admission.start_run(user, work)
     return await answer(run, service.settings.exec_keepalive_seconds)
 
 

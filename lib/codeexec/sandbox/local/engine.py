@@ -4,8 +4,9 @@ hold, its run). In-process a step costs nothing, so this is the whole backend fo
 and what the runner serves over HTTP (runner/app.py): a remote backend never sees it.
 
 The steps keep the port's clauses by construction: a session is placed (`_held`: the named
-one, else the first candidate the caller's access admits, else a new one), held
-exclusively, and only then is the run slot taken; inputs are found by `Input.paths`, never
+one, else the first candidate the caller's access admits, else a new one), counted among
+the runs that wait for it (`Turns`: SESSION_CALLS at most, by the session a run lands
+in), held exclusively, and only then is the run slot taken; inputs are found by `Input.paths`, never
 by listing, and each origin session opened once; changes are a listing before and after;
 a session made for a call that fails is ended at once.
 """
@@ -14,15 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from abc import abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from typing import BinaryIO, Protocol
 
 from ... import ids
-from ...errors import BadRequest, Conflict, FileNotFound, SessionNotFound, TooLarge
+from ...errors import BadRequest, Conflict, FileNotFound, RateLimited, SessionNotFound, TooLarge
 from ..port import (
+    SESSION_CALLS,
     Access,
     Carried,
     Changes,
@@ -95,13 +99,38 @@ class Sandbox(Protocol):
 _ANY_SIZE = 1 << 62
 
 
+class Turns:
+    """The runs holding or waiting for each session's hold in this process: SESSION_CALLS
+    at most (one holds it, the others wait their turn), past which a run is refused at
+    once; counted by the session a run lands in, whatever it named."""
+
+    def __init__(self) -> None:
+        self._calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def waiting(self, session_id: str) -> Iterator[None]:
+        with self._lock:
+            if self._calls[session_id] >= SESSION_CALLS:
+                raise RateLimited(f"this session has {SESSION_CALLS} runs in flight already", retry_after=2)
+            self._calls[session_id] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._calls -= Counter({session_id: 1})  # a count that reaches 0 is dropped
+
+
 class ComposedSandboxes(Sandboxes):
     """The port's coarse operations, composed of a subclass's fine steps: `create` and
     `open` (and the reaper's operations, which are the backend's own)."""
 
+    def __init__(self) -> None:
+        self.turns = Turns()
+
     def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
         self.check_language(run.program.lang)  # the runner's server answers calls no session layer saw
-        with self._held(run.placement, slot) as (sandbox, created):
+        with self._held(run.placement, slot, counted=True) as (sandbox, created):
             placed = self._place_inputs(sandbox, run, carried)
             before = self._before(sandbox, run.keep)
             result = sandbox.run(run.program)
@@ -164,13 +193,18 @@ class ComposedSandboxes(Sandboxes):
         While the context is open the reaper does not end the sandbox."""
 
     @contextlib.contextmanager
-    def _held(self, placement: Placement, slot: RunSlot = contextlib.nullcontext) -> Iterator[tuple[Sandbox, bool]]:
+    def _held(
+        self, placement: Placement, slot: RunSlot = contextlib.nullcontext, counted: bool = False
+    ) -> Iterator[tuple[Sandbox, bool]]:
         """The sandbox a placement names, open and held, with `slot` taken, and whether it
-        was made for this call. One made for a call that fails is ended at once: nobody
-        learnt its id, and it would hold nothing."""
+        was made for this call; `counted`, among the session's runs (`Turns`). One made
+        for a call that fails is ended at once: nobody learnt its id, and it would hold
+        nothing."""
         with contextlib.ExitStack() as stack:
             sandbox, created = self._enter(stack, placement)
             try:
+                if counted:
+                    stack.enter_context(self.turns.waiting(sandbox.id))
                 stack.enter_context(sandbox.exclusive())
                 stack.enter_context(slot())
                 yield sandbox, created

@@ -283,6 +283,7 @@ class LocalSandboxes(ComposedSandboxes):
         if shutil.which("bwrap") is None:
             raise RuntimeError("SANDBOX_BACKEND=local needs bubblewrap: apt-get install bubblewrap")
         bwrap.reset_libc_signals()
+        super().__init__()
         self.root = config.root
         self.lease_ttl_seconds = config.lease_ttl_seconds
         self.limits = config.limits
