@@ -106,8 +106,9 @@ runner: install ## the sandbox port over HTTP on 127.0.0.1:8080, for SANDBOX_BAC
 # service under more than it takes on, one user beside another that keeps every run it may
 # going (fairness_bench.py), the round trips a call makes to a runner 25 ms away (a
 # delaying proxy on loopback), a fleet of three runners against one (fleet_bench.py), what a
-# cold run's own init costs against bwrap's (cold_init_bench.py), and what a run can still learn
-# of the shared page cache (page_cache_bench.py). It also
+# cold run's own init costs against bwrap's (cold_init_bench.py), what a run can still learn
+# of the shared page cache (page_cache_bench.py), and a bare file id found by a session's record
+# of ids against a listing (file_ids_bench.py). It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
 # PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
@@ -127,6 +128,7 @@ bench: install ## the benchmark figures (docs/performance.md; BENCH_ARGS=--quick
 	$(BIN)/python bench/fleet_bench.py
 	$(BIN)/python bench/cold_init_bench.py
 	$(BIN)/python bench/page_cache_bench.py
+	$(BIN)/python bench/file_ids_bench.py
 
 lint: $(VENV)/.installed ## ruff
 	$(BIN)/ruff check handlers lib tests bench sam-local
