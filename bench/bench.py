@@ -115,6 +115,7 @@ def bare_call(stack: ExitStack, root: Path, lang: str) -> Call:
         warm_scientific=0,
     )
     sandboxes = make_sandboxes(settings)
+    stack.callback(sandboxes.close)
     sandbox = stack.enter_context(sandboxes.create(OWNER.tag()))
     program = Program(lang, PRINT_ONE[lang], (), TIMEOUT)
 

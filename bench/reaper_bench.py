@@ -9,6 +9,7 @@ that ends every lease, per lease and in total.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 
 from roots import sandbox_root
@@ -23,8 +24,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--leases", type=int, default=10_000)
     count = parser.parse_args().leases
-    with sandbox_root() as root:
-        sandboxes = make_sandboxes(Settings(sandbox_root=root))
+    with sandbox_root() as root, contextlib.closing(make_sandboxes(Settings(sandbox_root=root))) as sandboxes:
         owner = Owner("default").tag()
         started = time.perf_counter()
         for _ in range(count):

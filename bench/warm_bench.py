@@ -6,6 +6,9 @@ leaves it). The figures that chose the scientific server's (docs/performance.md)
 
 Each side is a new /usr/bin/python3 with the environment's libraries, as a server's: the
 base (zygote.preload of the first server's modules), then the family imported, then `--forks` runs forked and ended.
+`--libs DIR` measures another set than the installed one (a lock installed with
+`uv pip install --target DIR`: before and after a change of the lock, side by side), and
+`--family NAME=MODULE,...` adds a family (tensorflow=tensorflow,keras).
 """
 
 from __future__ import annotations
@@ -80,8 +83,8 @@ print(json.dumps({"base": base, "imported": imported, "modules": len(sys.modules
 """
 
 
-def probe(modules: list[str], forks: int) -> dict[str, object]:
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": PYTHON_LIBS, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
+def probe(modules: list[str], forks: int, libs: str) -> dict[str, object]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": libs, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
     base = json.dumps(warm.KINDS["py"].preload)
     argv = ["/usr/bin/python3", "-s", "-c", PROBE, str(Path(zygote.__file__).parent), str(forks), base, *modules]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=True)
@@ -96,14 +99,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--forks", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=2, help="interpreters per side (import time: the least)")
+    parser.add_argument("--libs", default=PYTHON_LIBS, help="the Python set to measure (default: the installed one)")
+    parser.add_argument("--family", action="append", default=[], help="NAME=MODULE,MODULE: one more family")
     args = parser.parse_args()
-    print(f"# warm families (cores {os.cpu_count()}, load {os.getloadavg()[0]:.2f}: a shared machine)")
+    print(f"# warm families of {args.libs} (cores {os.cpu_count()}, load {os.getloadavg()[0]:.2f}: a shared machine)")
     scientific = [module for name, modules in FAMILIES.items() if name != "plotly" for module in modules]
-    sides = {"today's server": [], **FAMILIES, "all but plotly": scientific}
+    extra = {name: modules.split(",") for name, modules in (family.split("=", 1) for family in args.family)}
+    sides = {"today's server": [], **FAMILIES, "all but plotly": scientific, **extra}
     print(f"{'server':16} {'import s':>8} {'modules':>7} {'RSS MiB':>7} {'PSS MiB':>7} "
           f"{'ahead priv MiB':>14} {'ahead PTE KiB':>13} {'fork ms':>7} {'exit ms':>7}")  # fmt: skip
     for name, modules in sides.items():
-        runs = [probe(modules, args.forks) for _ in range(args.repeat)]
+        runs = [probe(modules, args.forks, args.libs) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["imported"])  # type: ignore[arg-type,return-value]
         ahead = [a for r in runs for a in r["ahead"]]  # type: ignore[attr-defined]
         server = best["server"]  # type: ignore[index]

@@ -1,26 +1,33 @@
 """The API function: the ASGI app behind API Gateway (HTTP API, payload 2.0), via Mangum.
 
-The app is built once per cold start. The service key comes from AWS Secrets Manager when
-CODE_EXEC_API_KEY_SECRET_ARN names a secret, else from CODE_EXEC_API_KEY (sam local).
+The service is made once per cold start and owned by this module for the execution
+environment's life: Mangum's lifespan would start and close it around every event, so it
+is off, and the service is started here and closed when Lambda ends the environment (it
+sends SIGTERM then, where it sends anything). The service key comes from AWS Secrets
+Manager when CODE_EXEC_API_KEY_SECRET_ARN names a secret, else from CODE_EXEC_API_KEY (sam local).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.metrics import MetricUnit
 from mangum import Mangum
 from mangum.types import LambdaContext
 
 from codeexec.api.app import create_app
-from codeexec.api.routers.execute import EXEC_PATH
+from codeexec.api.service import Service
+from codeexec.settings import get_settings
+from codeexec.telemetry import CallLog, Telemetry
+from codeexec.telemetry.cloudwatch import CloudWatchMetrics
 
-# The library logs under "codeexec": a Logger of that name makes its lines structured too.
+# The library logs under "codeexec": a Logger of that name makes its lines structured too
+# (each call's own line among them: codeexec.telemetry). Its figures go to CloudWatch.
 logger = Logger(service="codeexec")
 metrics = Metrics(service="codeexec")
 
@@ -31,7 +38,6 @@ KEY_MAX_AGE_SECONDS = 24 * 3600
 # own, so the function answers the service's 413 instead.
 RESPONSE_LIMIT_BYTES = 6 * 1024 * 1024
 HEADERS_ROOM_BYTES = 16 * 1024
-EXEC_ROUTE = f"POST {EXEC_PATH}"
 
 
 def _api_key() -> Callable[[], str | None] | None:
@@ -44,21 +50,24 @@ def _api_key() -> Callable[[], str | None] | None:
     return lambda: parameters.get_secret(secret_arn, max_age=KEY_MAX_AGE_SECONDS)
 
 
-asgi = Mangum(create_app(api_key=_api_key()), lifespan="off")
+telemetry = Telemetry(CloudWatchMetrics(metrics), CallLog())
+service = Service(get_settings(), api_key=_api_key(), telemetry=telemetry).start()
+asgi = Mangum(create_app(service), lifespan="off")
+
+
+def _shutdown(signum: int, frame: object) -> None:
+    service.close()
+    raise SystemExit(0)
+
+
+signal.signal(signal.SIGTERM, _shutdown)
 
 
 # Never log the event: it carries request bodies and the caller's key.
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP, log_event=False)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    response = _within_limit(asgi(event, context))
-    route, status = event.get("routeKey"), response["statusCode"]
-    logger.info("answered", extra={"route": route, "status": status})
-    # Emitted on every request (0 or 1), so its average is the failure rate.
-    metrics.add_metric(name="Failures", unit=MetricUnit.Count, value=int(status >= 500))
-    if route == EXEC_ROUTE and status == 200:
-        metrics.add_metric(name="Runs", unit=MetricUnit.Count, value=1)
-    return response
+    return _within_limit(asgi(event, context))
 
 
 def _within_limit(response: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
-"""The stack as CloudFormation would make it, for tests: template.yaml translated by SAM
-(sam-local/translate.py, in the SAM venv), and its intrinsic functions evaluated for one
-set of parameters, with made-up but well-formed ids and ARNs for what AWS would create."""
+"""The stack as CloudFormation would make it, for tests: template.yaml as written
+(`TEMPLATE`) or translated by SAM (sam-local/translate.py, in the SAM venv), and its
+intrinsic functions evaluated for one set of parameters, with made-up but well-formed ids
+and ARNs for what AWS would create."""
 
 from __future__ import annotations
 
@@ -11,11 +12,30 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).parent.parent
 SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
 ACCOUNT, REGION = "123456789012", "us-east-1"
 STACK_ID = f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/codeexec/1c2fa620-982a-11e3-aff7-50e2416294e0"
 NO_VALUE = object()
+
+
+class _TemplateLoader(yaml.SafeLoader):
+    """YAML with CloudFormation's short tags (!Ref, !Sub, ...) read as {"Ref": ...} etc."""
+
+
+def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    name = suffix if suffix == "Ref" else f"Fn::{suffix}"
+    if isinstance(node, yaml.ScalarNode):
+        return {name: loader.construct_scalar(node)}
+    if isinstance(node, yaml.SequenceNode):
+        return {name: loader.construct_sequence(node, deep=True)}
+    return {name: loader.construct_mapping(node, deep=True)}
+
+
+_TemplateLoader.add_multi_constructor("!", _intrinsic)
+TEMPLATE: dict[str, Any] = yaml.load((ROOT / "template.yaml").read_text(), Loader=_TemplateLoader)
 
 # What `Fn::GetAtt` answers for the resources the policies name: (type, attribute) -> ARN,
 # `{name}` standing for the resource's physical name.
@@ -29,6 +49,7 @@ _ATTRIBUTES = {
     ("AWS::Logs::LogGroup", "Arn"): "arn:aws:logs:{region}:{account}:log-group:{name}:*",
     ("AWS::Lambda::Function", "Arn"): "arn:aws:lambda:{region}:{account}:function:{name}",
     ("AWS::IAM::Role", "Arn"): "arn:aws:iam::{account}:role/{name}",
+    ("AWS::CloudWatch::Alarm", "Arn"): "arn:aws:cloudwatch:{region}:{account}:alarm:{name}",
 }  # fmt: skip
 # What `Ref` answers where it is not the physical name.
 _REFS = {"AWS::SecretsManager::Secret": "arn:aws:secretsmanager:{region}:{account}:secret:{name}-AbCdEf"}

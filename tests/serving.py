@@ -6,11 +6,12 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
 
+from codeexec.api.service import Service
 from codeexec.connections import HeaderDeadline
 from codeexec.runner.app import Runner, create_runner_app
 from codeexec.runner.build import build_runner
@@ -18,6 +19,8 @@ from codeexec.serving import KEEP_ALIVE_SECONDS
 from codeexec.settings import Settings
 
 RUNNER_KEY = "runner-key-0123456789"
+# The `services` fixture: a service for any settings, closed after the test (tests/conftest.py).
+Services = Callable[[Settings], Service]
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -33,6 +33,7 @@ from codeexec.settings import Settings
 from .conftest import API_KEY
 from .fakes import eventstream
 from .fakes.agentcore import RunningFake
+from .serving import Services
 
 CI = "aws.codeinterpreter.v1"
 SID = "01JABCDEFGHJKMNPQRSTVWXYZ0"  # AgentCore's own id
@@ -415,13 +416,13 @@ def test_other_ids_have_no_wire_id(unmappable: str) -> None:
 
 
 @pytest.fixture
-def fake_client(agentcore_fake: RunningFake) -> TestClient:
+def fake_client(agentcore_fake: RunningFake, services: Services) -> TestClient:
     settings = Settings(
         sandbox_backend="agentcore",
         agentcore_endpoint_url=agentcore_fake.url,
         code_exec_api_key=SecretStr(API_KEY),
     )
-    return TestClient(create_app(settings), headers={"X-API-Key": API_KEY})
+    return TestClient(create_app(services(settings)), headers={"X-API-Key": API_KEY})
 
 
 def run(client: TestClient, code: str, lang: str = "py") -> dict:

@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from .calls import file_id, run, upload
 from .conftest import API_KEY
+from .serving import Services
 
 
 def test_health_needs_no_key(app) -> None:
@@ -181,10 +182,10 @@ def test_download_ids_that_escape_are_refused(client: TestClient) -> None:
         assert b"root:" not in reply.content
 
 
-def test_auth_fails_closed(settings, sandbox_root) -> None:
+def test_auth_fails_closed(settings, sandbox_root, services: Services) -> None:
     from codeexec.api.app import create_app
 
-    open_app = create_app(settings.model_copy(update={"code_exec_api_key": None}))
+    open_app = create_app(services(settings.model_copy(update={"code_exec_api_key": None})))
     reply = TestClient(open_app).post("/v1/exec", json={"lang": "py", "code": "print(1)"}, headers={"X-API-Key": ""})
     assert reply.status_code == 401
     assert TestClient(open_app).get("/health").status_code == 200
@@ -198,12 +199,12 @@ def test_missing_or_wrong_key_is_a_401(app) -> None:
     assert wrong.json()["error"] == "Unauthorized"
 
 
-def test_another_orgs_session_is_a_404(settings, sandbox_root, client: TestClient) -> None:
+def test_another_orgs_session_is_a_404(settings, sandbox_root, client: TestClient, services: Services) -> None:
     from codeexec.api.app import create_app
 
     session = upload(client, "mine.txt", b"secret")["session_id"]
     other = TestClient(
-        create_app(settings.model_copy(update={"code_exec_org": "other-org"})), headers={"X-API-Key": API_KEY}
+        create_app(services(settings.model_copy(update={"code_exec_org": "other-org"}))), headers={"X-API-Key": API_KEY}
     )
     assert other.get(f"/v1/files/{session}").status_code == 404
     assert other.get(f"/v1/download/{session}/mine.txt").status_code == 404

@@ -22,6 +22,7 @@ from codeexec.sandbox.local import btrfs
 from codeexec.settings import Settings
 
 from .helpers.attacks import HOST_USER, KEY, LIMITS, as_host_user, attacked, exec_
+from .serving import Services
 
 
 @pytest.fixture
@@ -52,7 +53,9 @@ def test_another_host_user_reaches_no_session_and_no_setuid_bit_holds(api: httpx
 
 
 @pytest.mark.parametrize("owner", [HOST_USER, 0])
-def test_a_sandbox_root_someone_else_made_is_refused(settings: Settings, sandbox_root: Path, owner: int) -> None:
+def test_a_sandbox_root_someone_else_made_is_refused(
+    settings: Settings, sandbox_root: Path, owner: int, services: Services
+) -> None:
     planted = sandbox_root / "planted"
     planted.mkdir()
     if owner:
@@ -62,7 +65,7 @@ def test_a_sandbox_root_someone_else_made_is_refused(settings: Settings, sandbox
         planted = planted / "root"
         planted.mkdir()
     with pytest.raises(RuntimeError, match="refusing it"):
-        create_app(settings.model_copy(update={"sandbox_root": planted}))
+        create_app(services(settings.model_copy(update={"sandbox_root": planted})))
 
 
 # Issue 23, item 4: A sandbox image or root someone else made.
@@ -81,10 +84,12 @@ def sticky_dir() -> Iterator[Path]:
     subprocess.run(["rm", "-rf", str(made)], check=True)
 
 
-def test_an_image_or_root_another_user_made_is_refused(api: httpx.Client, settings: Settings, sticky_dir: Path) -> None:
+def test_an_image_or_root_another_user_made_is_refused(
+    api: httpx.Client, settings: Settings, sticky_dir: Path, services: Services
+) -> None:
     def at(name: str) -> FastAPI:
         root = {"sandbox_root": sticky_dir / name, "sandbox_image_bytes": 1 << 30}  # sparse: no disk taken
-        return create_app(settings.model_copy(update=root))
+        return create_app(services(settings.model_copy(update=root)))
 
     planted = as_host_user(f"cd {sticky_dir} && umask 0 && : > first.btrfs && mkdir second && ln -s /var/tmp third")
     assert planted.returncode == 0, planted.stderr

@@ -236,7 +236,7 @@ def test_a_program_makes_no_subvolume_and_a_nested_one_does_not_stop_the_ending(
         uid=61000,
     )
     assert made.returncode == 0, made.stderr
-    sandboxes = app.state.service.sessions.sandboxes
+    sandboxes = app.state.service.sandboxes
     report = reap(sandboxes, idle_timeout=0, clock=lambda: time.time() + 10)
     assert report.failed == 0 and report.ended >= 1
     assert not (sandbox_root / session).exists()

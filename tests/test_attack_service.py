@@ -36,7 +36,7 @@ from .conftest import API_KEY
 from .helpers.attacks import KEY, LIMITS, PROMPT, attacked, exec_, still_serves
 from .helpers.g2 import KID, TENANT, g2_settings, librechat_token
 from .helpers.tokens import Issuer
-from .serving import serving
+from .serving import Services, serving
 
 
 @pytest.fixture
@@ -131,12 +131,12 @@ def test_uploads_waiting_for_a_busy_session_are_bounded(api: httpx.Client) -> No
     assert sorted(u.status_code for u in uploads) == [200] * 3 + [429] * 5
 
 
-def test_a_sessions_calls_are_counted_where_they_land(settings: Settings) -> None:
+def test_a_sessions_calls_are_counted_where_they_land(settings: Settings, services: Services) -> None:
     """Issue 42, item 9: a session takes three calls at once, counted by the session each
     lands in. They were counted by the session each named: six runs naming six sessions
     that are gone, with a file of one session of the caller's, all waited for that one,
     and six naming one gone session, each landing in a new one, were refused past three."""
-    app = create_app(settings.model_copy(update={"max_concurrent_runs": 8}))  # a user alone: 6 in flight
+    app = create_app(services(settings.model_copy(update={"max_concurrent_runs": 8})))  # a user alone: 6 in flight
     with serving(app) as url, httpx.Client(base_url=url, headers=KEY, timeout=60) as api:
         landing = exec_(api, "echo x > x.txt", lang="bash")["session_id"]
         ref = [{"id": ids.file_id(landing, "x.txt"), "name": "x.txt", "session_id": landing}]
@@ -154,8 +154,8 @@ def test_a_sessions_calls_are_counted_where_they_land(settings: Settings) -> Non
         still_serves(api)
 
 
-def test_a_long_run_keeps_its_connection_alive(settings: Settings) -> None:
-    app = create_app(settings.model_copy(update={"exec_keepalive_seconds": 0.5}))
+def test_a_long_run_keeps_its_connection_alive(settings: Settings, services: Services) -> None:
+    app = create_app(services(settings.model_copy(update={"exec_keepalive_seconds": 0.5})))
     body = TestClient(app, headers=KEY).post("/v1/exec", json={"lang": "bash", "code": "sleep 2; echo done"})
     assert body.status_code == 200
     assert body.text.startswith("  ")  # spaces while it ran, then the reply
@@ -174,7 +174,7 @@ def test_a_deep_tree_and_a_stuck_ending_do_not_stop_the_reaper(app: FastAPI, san
     (stuck / "d" / "f").write_text("x")
     subprocess.run(["chattr", "+i", str(stuck / "d" / "f")], check=True)  # no removal can finish it
     try:
-        sandboxes = app.state.service.sessions.sandboxes
+        sandboxes = app.state.service.sandboxes
         report = reap(sandboxes, idle_timeout=0, clock=lambda: time.time() + 10)
         assert (report.ended, report.failed) == (2, 0)
         assert all(client.get(f"/v1/files/{s}").status_code == 404 for s in doomed)
@@ -270,14 +270,17 @@ def test_an_upload_walks_no_session(client: TestClient, monkeypatch: pytest.Monk
 
 
 @contextlib.contextmanager
-def served(settings: Settings) -> Iterator[httpx.Client]:
-    with serving(create_app(settings)) as base, httpx.Client(base_url=base, headers=KEY, timeout=30) as client:
+def served(settings: Settings, services: Services) -> Iterator[httpx.Client]:
+    with (
+        serving(create_app(services(settings))) as base,
+        httpx.Client(base_url=base, headers=KEY, timeout=30) as client,
+    ):
         yield client
         still_serves(client)
 
 
-def test_one_user_cannot_take_the_run_slots_from_another(settings: Settings) -> None:
-    with served(settings.model_copy(update={"max_concurrent_runs": 4})) as client:
+def test_one_user_cannot_take_the_run_slots_from_another(settings: Settings, services: Services) -> None:
+    with served(settings.model_copy(update={"max_concurrent_runs": 4}), services) as client:
         finished: list[tuple[float, int]] = []
 
         def hog(_: int) -> httpx.Response:
@@ -299,8 +302,8 @@ def test_one_user_cannot_take_the_run_slots_from_another(settings: Settings) -> 
         assert max(t for t, status in finished if status == 429) < first_run_done  # refused at once
 
 
-def test_calls_waiting_for_their_session_hold_no_run_slot(settings: Settings) -> None:
-    with served(settings.model_copy(update={"max_concurrent_runs": 6})) as client:
+def test_calls_waiting_for_their_session_hold_no_run_slot(settings: Settings, services: Services) -> None:
+    with served(settings.model_copy(update={"max_concurrent_runs": 6}), services) as client:
         own = {u: exec_(client, "true", "bash", user_id=u)["session_id"] for u in ("a", "b")}
 
         def call(user: str, session: str | None) -> httpx.Response:
@@ -452,10 +455,12 @@ def test_a_file_that_cannot_be_cloned_is_still_served_and_copied(api: httpx.Clie
 # Issue 23, item 6: A bearer token without `sub`.
 
 
-def test_a_token_without_sub_is_not_the_organizations_server(settings: Settings, tmp_path: Path) -> None:
+def test_a_token_without_sub_is_not_the_organizations_server(
+    settings: Settings, tmp_path: Path, services: Services
+) -> None:
     issuer = Issuer(tmp_path / "jwks.json")
     issuer.add_key(KID, "EdDSA")
-    app = create_app(g2_settings(settings, issuer).model_copy(update={"code_exec_org": TENANT}))
+    app = create_app(services(g2_settings(settings, issuer).model_copy(update={"code_exec_org": TENANT})))
     server = TestClient(app, headers=KEY)  # the organization's server: the key, no user
     session = server.post("/v1/upload", files={"file": ("report.csv", b"a,b\n")}).json()["session_id"]
     now = int(time.time())
@@ -505,7 +510,7 @@ def test_cancels_are_bounded_and_reach_every_run_they_may(api: httpx.Client, san
 
 def test_a_run_longer_than_the_idle_limit_leaves_a_live_session(api: httpx.Client, app: FastAPI) -> None:
     session = exec_(api, "sleep 3; echo done > out.txt", "bash")["session_id"]
-    report = reap(app.state.service.sessions.sandboxes, idle_timeout=2)  # right after it answered
+    report = reap(app.state.service.sandboxes, idle_timeout=2)  # right after it answered
     assert report.failed == 0
     listing = api.get(f"/v1/files/{session}", params={"detail": "summary"})
     assert listing.status_code == 200 and [f["path"] for f in listing.json()] == ["out.txt"]

@@ -22,6 +22,7 @@ from codeexec.settings import Settings
 
 from .calls import run
 from .conftest import API_KEY
+from .serving import Services
 
 pytestmark = [
     pytest.mark.root,
@@ -88,8 +89,10 @@ def reachable(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.fixture
-def app(settings: Settings, warm_pools: None, reachable: bool) -> FastAPI:
-    return create_app(settings.model_copy(update={"warm_python": 1, "warm_sandboxes": 2, "run_timeout_seconds": LIMIT}))
+def app(settings: Settings, reachable: bool, services: Services) -> FastAPI:
+    return create_app(
+        services(settings.model_copy(update={"warm_python": 1, "warm_sandboxes": 2, "run_timeout_seconds": LIMIT}))
+    )
 
 
 @pytest.fixture
@@ -98,7 +101,7 @@ def client(app: FastAPI) -> TestClient:
 
 
 def pools(app: FastAPI) -> dict[str, warm.Pool]:
-    return app.state.service.sessions.sandboxes.launcher.warm.pools  # type: ignore[no-any-return]
+    return app.state.service.sandboxes.launcher.warm.pools  # type: ignore[no-any-return]
 
 
 def wait_warm(app: FastAPI) -> None:

@@ -19,6 +19,7 @@ from codeexec.settings import Settings
 
 from .calls import file_id, names, run, upload
 from .conftest import API_KEY
+from .serving import Services
 
 BINARY = bytes(range(256)) * 40 + b"\r\n\x00\xff"
 
@@ -33,8 +34,8 @@ def backend_settings(request: pytest.FixtureRequest) -> Settings:
 
 
 @pytest.fixture
-def app(backend_settings: Settings) -> FastAPI:
-    return create_app(backend_settings)
+def app(backend_settings: Settings, services: Services) -> FastAPI:
+    return create_app(services(backend_settings))
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def client(app: FastAPI) -> Iterator[TestClient]:
     ],
 )
 def test_each_language_runs_with_its_args(client: TestClient, app: FastAPI, lang: str, code: str, stdout: str) -> None:
-    if lang not in app.state.service.sessions.sandboxes.languages:
+    if lang not in app.state.service.sandboxes.languages:
         pytest.skip(f"this host lacks the {lang} toolchain")
     body = run(client, code, lang=lang, args=["a b", "c"])
     assert (body["stdout"], body["stderr"]) == (stdout, "")
@@ -101,14 +102,14 @@ def test_delete_and_unknown_files(client: TestClient) -> None:
     assert client.get(f"/v1/files/{session}").json() == []
 
 
-def test_the_time_limit_stops_a_run_with_a_note(backend_settings: Settings) -> None:
-    app = create_app(backend_settings.model_copy(update={"run_timeout_seconds": 1}))
+def test_the_time_limit_stops_a_run_with_a_note(backend_settings: Settings, services: Services) -> None:
+    app = create_app(services(backend_settings.model_copy(update={"run_timeout_seconds": 1})))
     body = run(TestClient(app, headers={"X-API-Key": API_KEY}), "sleep 30", lang="bash")
     assert "exceeded its 1 s time limit" in body["stderr"]
 
 
 def test_the_reaper_ends_idle_sessions_only(client: TestClient, app: FastAPI) -> None:
-    sandboxes = app.state.service.sessions.sandboxes
+    sandboxes = app.state.service.sandboxes
     session = upload(client, "a.txt", b"x")["session_id"]
     now = time.time()
 
@@ -172,7 +173,7 @@ MNT_DATA = [
 def test_every_language_reads_and_writes_mnt_data_by_absolute_path(client: TestClient, app: FastAPI) -> None:
     session = upload(client, "data.csv", b"a,b\n")["session_id"]
     for lang, code, name in MNT_DATA:
-        if lang not in app.state.service.sessions.sandboxes.languages:
+        if lang not in app.state.service.sandboxes.languages:
             continue
         body = run(client, code, lang=lang, session_id=session)
         assert names(body) == [name], (lang, body)
@@ -185,7 +186,7 @@ def test_every_language_reads_and_writes_mnt_data_by_absolute_path(client: TestC
 
 @pytest.mark.parametrize("lang", ["js", "ts"])
 def test_javascript_runs_on_node(client: TestClient, app: FastAPI, lang: str) -> None:
-    if lang not in app.state.service.sessions.sandboxes.languages:
+    if lang not in app.state.service.sandboxes.languages:
         pytest.skip(f"this host lacks the {lang} toolchain")
     body = run(client, "console.log(typeof Deno, typeof require, typeof process.versions.node)", lang=lang)
     assert body["stdout"] == "undefined function string\n"
@@ -205,8 +206,10 @@ def test_bash_answers_stdout_and_stderr_apart_byte_for_byte(client: TestClient) 
         ("bash", "while true; do printf . >> ticks.txt; sleep 0.05; done"),
     ],
 )
-def test_a_run_past_its_time_limit_is_stopped_not_abandoned(backend_settings: Settings, lang: str, code: str) -> None:
-    app = create_app(backend_settings.model_copy(update={"run_timeout_seconds": 1}))
+def test_a_run_past_its_time_limit_is_stopped_not_abandoned(
+    backend_settings: Settings, lang: str, code: str, services: Services
+) -> None:
+    app = create_app(services(backend_settings.model_copy(update={"run_timeout_seconds": 1})))
     client = TestClient(app, headers={"X-API-Key": API_KEY})
     body = run(client, code, lang=lang)
     assert "exceeded its 1 s time limit" in body["stderr"]
@@ -221,10 +224,10 @@ def test_a_run_past_its_time_limit_is_stopped_not_abandoned(backend_settings: Se
     assert ticks() == counted > 0  # nothing writes any more
 
 
-def test_a_run_whose_stdout_was_cut_says_ol(backend_settings: Settings) -> None:
+def test_a_run_whose_stdout_was_cut_says_ol(backend_settings: Settings, services: Services) -> None:
     """LibreChat's own file tools read images over /exec in windows and read `status: "OL"`
     as "the window overflowed": without it, a cut window is base64 that does not parse."""
-    app = create_app(backend_settings.model_copy(update={"max_output_bytes": 1000}))
+    app = create_app(services(backend_settings.model_copy(update={"max_output_bytes": 1000})))
     client = TestClient(app, headers={"X-API-Key": API_KEY})
     cut = run(client, "print('x' * 5000)")
     assert (cut["status"], len(cut["stdout"])) == ("OL", 1000)

@@ -12,15 +12,18 @@ from codeexec.settings import Settings
 
 from .conftest import API_KEY
 from .helpers.contract import assert_languages, assert_librechat_file_calls, drive_g1_client
+from .serving import Services
 
 
 @pytest.fixture(params=["local", "agentcore"])
-def app(request: pytest.FixtureRequest, settings: Settings) -> FastAPI:
+def app(request: pytest.FixtureRequest, settings: Settings, services: Services) -> FastAPI:
     """The deployment under test, on each backend (G1's runs are Python, which both run)."""
     if request.param == "local":
-        return create_app(settings)
+        return create_app(services(settings))
     fake = request.getfixturevalue("agentcore_fake")
-    return create_app(settings.model_copy(update={"sandbox_backend": "agentcore", "agentcore_endpoint_url": fake.url}))
+    return create_app(
+        services(settings.model_copy(update={"sandbox_backend": "agentcore", "agentcore_endpoint_url": fake.url}))
+    )
 
 
 def test_g1_client_runs_writes_downloads_and_reads_back(live_server: str) -> None:

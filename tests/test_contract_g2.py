@@ -21,6 +21,7 @@ from .conftest import API_KEY
 from .helpers.contract import assert_languages, drive_g1_client, drive_g2_client
 from .helpers.g2 import KID
 from .helpers.tokens import Issuer
+from .serving import Services
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def issuer(tmp_path: Path) -> Issuer:
 
 
 @pytest.fixture(params=["local", "agentcore"])
-def app(request: pytest.FixtureRequest, settings: Settings, issuer: Issuer) -> FastAPI:
+def app(request: pytest.FixtureRequest, settings: Settings, issuer: Issuer, services: Services) -> FastAPI:
     """One deployment for both generations, G1's key and LibreChat's tokens alone, on
     each backend."""
     if request.param == "agentcore":
@@ -43,7 +44,7 @@ def app(request: pytest.FixtureRequest, settings: Settings, issuer: Issuer) -> F
         "code_exec_jwt_issuer": "librechat",
         "code_exec_jwt_audience": "codeapi",
     }
-    return create_app(settings.model_copy(update=both))
+    return create_app(services(settings.model_copy(update=both)))
 
 
 def test_g2_client_runs_writes_downloads_and_reads_back(live_server: str, issuer: Issuer) -> None:

@@ -26,16 +26,17 @@ from codeexec.settings import Settings
 from .calls import names, run, upload
 from .conftest import API_KEY
 from .helpers.images import png_size
+from .serving import Services
 
 ROOT = Path(__file__).parent.parent
 TASKS = sorted((Path(__file__).parent / "tasks").glob("*.toml"))
 
 
 @pytest.fixture
-def client(settings: Settings) -> TestClient:
+def client(settings: Settings, services: Services) -> TestClient:
     # LibreOffice and Chromium start in a few seconds alone; a shared CI machine needs room.
     roomy = settings.model_copy(update={"run_timeout_seconds": 90})
-    return TestClient(create_app(roomy), headers={"X-API-Key": API_KEY})
+    return TestClient(create_app(services(roomy)), headers={"X-API-Key": API_KEY})
 
 
 def _quiet(body: dict, allowed: list[str]) -> None:
@@ -125,6 +126,61 @@ print(os.listdir("/usr/lib/python3/dist-packages"), matplotlib.__file__, mpl_too
     assert "/opt/sandbox/python/mpl_toolkits/mplot3d/" in body["stdout"]
 
 
+# BigCodeBench's evaluation environment (Requirements/requirements-eval.txt of
+# bigcode-project/bigcodebench), by the module its tasks import; left out, with the
+# reasons in docs/environment.md: tensorflow, keras, selenium, sendgrid, python_http_client,
+# wikipedia.
+BIGCODEBENCH = [
+    "bs4", "blake3", "chardet", "cryptography", "DateTime", "django", "dns", "docxtpl", "faker", "flask",
+    "flask_login", "flask_restful", "flask_wtf", "flask_mail", "folium", "gensim", "geopandas", "geopy", "holidays",
+    "Levenshtein", "librosa", "lxml", "matplotlib", "mechanize", "natsort", "networkx", "nltk", "numba", "numpy",
+    "cv2", "openpyxl", "pandas", "PIL", "prettytable", "psutil", "Crypto", "pyfakefs", "pyquery", "pytesseract",
+    "pytest", "dateutil", "docx", "pytz", "yaml", "requests_mock", "requests", "rsa", "skimage", "sklearn", "scipy",
+    "seaborn", "shapely", "soundfile", "statsmodels", "sympy", "textblob", "texttable", "werkzeug", "wordcloud",
+    "wordninja", "wtforms", "xlrd", "xlwt", "xmltodict", "regex",
+]  # fmt: skip
+
+# A few of them at work, offline: what each is asked for most.
+AT_WORK = """
+import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+import numpy as np, soundfile, regex, natsort, wordninja, Levenshtein, holidays, blake3, rsa
+from Crypto.Cipher import AES
+from geopy.distance import geodesic
+from gensim.models import Word2Vec
+from flask import Flask
+# librosa's analyses have a task of their own (75_librosa_audio).
+soundfile.write("tone.flac", np.sin(2 * np.pi * 440 * np.arange(8000) / 8000), 8000)
+print("soundfile", soundfile.info("tone.flac").frames, soundfile.read("tone.flac")[1])
+print("regex", regex.findall(r"\\p{Han}+", "abc 中文 def"), natsort.natsorted(["a10", "a2", "a1"]))
+print("words", wordninja.split("thisisatest"), Levenshtein.distance("kitten", "sitting"))
+print("holiday", holidays.US(years=2024).get("2024-07-04"), len(blake3.blake3(b"x").hexdigest()))
+print("km", round(geodesic((48.8566, 2.3522), (51.5074, -0.1278)).km))
+(public, private), key = rsa.newkeys(512), bytes(16)
+print("rsa", rsa.decrypt(rsa.encrypt(b"hi", public), private), len(AES.new(key, AES.MODE_EAX).encrypt(b"data")))
+model = Word2Vec([["cat", "sat", "mat"], ["dog", "sat", "log"]] * 20, vector_size=8, min_count=1, seed=1, workers=1)
+print("word2vec", model.wv["cat"].shape)
+app = Flask("t")
+app.add_url_rule("/", view_func=lambda: "hello")
+print("flask", app.test_client().get("/").data)
+"""
+
+
+def test_bigcodebench_modules_import_and_work_offline(client: TestClient) -> None:
+    body = run(client, AT_WORK, "py", args=BIGCODEBENCH)
+    assert body["stdout"].splitlines() == [
+        "soundfile 8000 8000",
+        "regex ['中文'] ['a1', 'a2', 'a10']",
+        "words ['this', 'is', 'a', 'test'] 3",
+        "holiday Independence Day 64",
+        "km 344",
+        "rsa b'hi' 4",
+        "word2vec (8,)",
+        "flask b'hello'",
+    ], body["stderr"]
+
+
 def test_python_runs_scripts_and_pip_refuses_at_once_saying_why(client: TestClient) -> None:
     upload_ = upload(client, "hello.py", b"import sys, pandas\nprint('script', sys.argv[1], pandas.__version__)\n")
     code = """
@@ -146,8 +202,10 @@ pip list | grep -E '^(numpy|pandas) '
     assert "No module named pip" in body["stderr"]
 
 
-def test_thread_counts_follow_run_cpus(settings: Settings) -> None:
-    client = TestClient(create_app(settings.model_copy(update={"run_cpus": 2})), headers={"X-API-Key": API_KEY})
+def test_thread_counts_follow_run_cpus(settings: Settings, services: Services) -> None:
+    client = TestClient(
+        create_app(services(settings.model_copy(update={"run_cpus": 2}))), headers={"X-API-Key": API_KEY}
+    )
     code = """
 import os, threadpoolctl, numpy
 pools = {pool["internal_api"]: pool["num_threads"] for pool in threadpoolctl.threadpool_info()}

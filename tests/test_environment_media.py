@@ -17,13 +17,14 @@ from codeexec.settings import Settings
 from .calls import names, run
 from .conftest import API_KEY
 from .helpers.media import gif_frames, mp3_frames, mp4_box, mp4_boxes, mp4_video_frames
+from .serving import Services
 
 
 @pytest.fixture
-def client(settings: Settings) -> TestClient:
+def client(settings: Settings, services: Services) -> TestClient:
     # A Jupyter kernel and ffmpeg start in seconds alone; a shared CI machine needs room.
     roomy = settings.model_copy(update={"run_timeout_seconds": 90})
-    return TestClient(create_app(roomy), headers={"X-API-Key": API_KEY})
+    return TestClient(create_app(services(roomy)), headers={"X-API-Key": API_KEY})
 
 
 def _download(client: TestClient, body: dict, name: str) -> bytes:
@@ -112,6 +113,45 @@ def test_an_executed_notebook_keeps_its_plot(client: TestClient) -> None:
     width, height = struct.unpack(">II", png[16:24])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and width > 300 and height > 200
     assert "".join(cells[1]["outputs"][0]["text"]) == "42\n"
+
+
+EXPORTS = """
+python - <<'PY'
+import nbformat
+python3 = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+           "language_info": {"name": "python", "file_extension": ".py"}}
+nb = nbformat.v4.new_notebook(metadata=python3)
+table = "import pandas as pd\\ndf = pd.DataFrame({'region': ['North', 'South'], 'sales': [1234, 5678]})\\ndf"
+plot = "import matplotlib.pyplot as plt\\ndf.plot.bar(x='region', y='sales')\\nplt.title('by region')\\nplt.show()"
+nb.cells = [nbformat.v4.new_markdown_cell("# Sales report"), nbformat.v4.new_code_cell(table),
+            nbformat.v4.new_code_cell(plot)]
+nbformat.write(nb, "analysis.ipynb")
+PY
+for to in html pdf markdown; do
+  jupyter nbconvert --to $to --execute analysis.ipynb 2>/dev/null || echo "$to failed"
+done
+jupyter nbconvert --to script analysis.ipynb 2>/dev/null || echo "script failed"
+pdftotext analysis.pdf - | grep -E '^(Sales report|5678)$'
+pdfimages -list analysis.pdf | awk '$3 == "image" {print "pdf image", $4 "x" $5}'
+python -c "import nbconvert; print('api', '<html' in nbconvert.HTMLExporter().from_filename('analysis.ipynb')[0])"
+"""
+
+
+def test_notebooks_export_to_html_pdf_markdown_and_script(client: TestClient) -> None:
+    # The templates live in the locked set's share/jupyter (JUPYTER_PATH), and `--to pdf`
+    # goes through WeasyPrint: no TeX is installed (deps/tools/jupyter).
+    body = run(client, EXPORTS, "bash")
+    assert body["stdout"].splitlines() == ["Sales report", "5678", "pdf image 561x481", "api True"], body
+    made = {"analysis.ipynb", "analysis.html", "analysis.pdf", "analysis.md", "analysis.py"}
+    assert set(names(body)) == made | {"analysis_files/analysis_2_0.png"}
+    html = _download(client, body, "analysis.html").decode()
+    assert "<table" in html and "<td>5678</td>" in html
+    png = base64.b64decode(html.split('src="data:image/png;base64,')[1].split('"')[0])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (561, 481)
+    assert _download(client, body, "analysis.pdf")[:5] == b"%PDF-"
+    markdown = _download(client, body, "analysis.md").decode()
+    assert "![png](analysis_files/analysis_2_0.png)" in markdown and "<td>5678</td>" in markdown
+    assert "df.plot.bar(x='region', y='sales')" in _download(client, body, "analysis.py").decode()
 
 
 def test_a_script_still_draws_without_a_display(client: TestClient) -> None:

@@ -9,9 +9,7 @@ puts each runner on a host of its own (a network namespace) to kill, freeze and 
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import logging
 import threading
 import time
@@ -25,92 +23,35 @@ from pydantic import SecretStr, ValidationError
 
 from codeexec import ids
 from codeexec.api.app import create_app
-from codeexec.runner.app import create_runner_app
-from codeexec.runner.build import build_runner
 from codeexec.sandbox.runner import FleetConfig, RunnerFleet, protocol
 from codeexec.settings import Settings
 
 from .calls import run, session_on_runner, upload
 from .conftest import API_KEY
-from .serving import RUNNER_KEY, fleet_settings, free_port, serving
+from .helpers.fleet import Fleet
+from .serving import RUNNER_KEY, Services, fleet_settings, free_port
 
 USER_ID = "64f0c0ffee0000000000abcd"
 USER = {"user_id": USER_ID}  # an exec's, as G1 LibreChat names its user
 CALLER = {"X-API-Key": API_KEY, "User-Id": USER_ID}  # an upload names it in User-Id
 
 
-class Counted:
-    """A runner's app, counting the requests it gets (but /health, which the service asks
-    every second of its own accord); silent, past the client's patience, on a request
-    whose query names `silent_on`."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.paths: list[str] = []
-        self.silent_on: str | None = None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health":
-            self.paths.append(scope["path"])
-            if self.silent_on and self.silent_on.encode() in scope["query_string"]:
-                await asyncio.sleep(protocol.SILENT_SECONDS + 0.5)
-        await self.app(scope, receive, send)
-
-
-class Fleet:
-    """Runners on loopback, each startable and stoppable on its own port, sharing one root."""
-
-    def __init__(self, settings: Settings, count: int) -> None:
-        self.settings = settings
-        self.ports = [free_port() for _ in range(count)]
-        self.apps = [Counted(create_runner_app(self._runner(i))) for i in range(count)]
-        self._serving: dict[int, contextlib.ExitStack] = {}
-
-    def _runner(self, index: int) -> Any:
-        own = {"runner_index": str(index), "runner_key": SecretStr(RUNNER_KEY)}
-        return build_runner(self.settings.model_copy(update=own))
-
-    @property
-    def urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{port}" for port in self.ports]
-
-    def start(self, index: int) -> None:
-        stack = contextlib.ExitStack()
-        stack.enter_context(serving(self.apps[index], port=self.ports[index]))
-        self._serving[index] = stack
-
-    def stop(self, index: int) -> None:
-        self._serving.pop(index).close()
-
-    def requests(self) -> list[int]:
-        return [len(app.paths) for app in self.apps]
-
-    def close(self) -> None:
-        for index in list(self._serving):
-            self.stop(index)
-
-
 @pytest.fixture
 def fleet(settings: Settings) -> Iterator[Fleet]:
-    made = Fleet(settings, 3)
-    for index in range(3):
-        made.start(index)
-    yield made
-    made.close()
+    with Fleet.running(settings, 3) as made:
+        yield made
 
 
-def replica(settings: Settings, fleet: Fleet) -> FastAPI:
+def replica(settings: Settings, fleet: Fleet, services: Services) -> FastAPI:
     """One service replica of the fleet: each shares the fleet and the token secret."""
     shared = {"code_exec_token_secret": SecretStr("shared-secret")}
     configured = fleet_settings(settings, fleet.urls).model_copy(update=shared)
-    return create_app(configured)
+    return create_app(services(configured))
 
 
 @pytest.fixture
-def client(settings: Settings, fleet: Fleet) -> TestClient:
-    return TestClient(replica(settings, fleet), headers=CALLER)
-
-
+def client(settings: Settings, fleet: Fleet, services: Services) -> TestClient:
+    return TestClient(replica(settings, fleet, services), headers=CALLER)
 
 
 def test_an_id_names_its_runner_and_keeps_120_random_bits() -> None:
@@ -166,8 +107,8 @@ def test_inputs_from_other_runners_ride_in_the_run_one_request_per_runner(client
     assert fleet.apps[2].paths[-1] == "/reads"
 
 
-def test_a_hint_lands_on_one_runner_from_every_replica(settings: Settings, fleet: Fleet) -> None:
-    replicas = [TestClient(replica(settings, fleet), headers=CALLER) for _ in range(2)]
+def test_a_hint_lands_on_one_runner_from_every_replica(settings: Settings, fleet: Fleet, services: Services) -> None:
+    replicas = [TestClient(replica(settings, fleet, services), headers=CALLER) for _ in range(2)]
     stateful = {"X-CodeAPI-Expected-Profile": "stateful"}
     sessions = []
     for n, replica_client in enumerate(replicas):
@@ -199,9 +140,9 @@ def test_growing_the_fleet_moves_a_hint_only_to_the_new_runner() -> None:
 
 
 def test_a_programmatic_round_continues_on_another_replica_and_a_cancel_reaches_its_run(
-    settings: Settings, fleet: Fleet
+    settings: Settings, fleet: Fleet, services: Services
 ) -> None:
-    first, second = (TestClient(replica(settings, fleet), headers=CALLER) for _ in range(2))
+    first, second = (TestClient(replica(settings, fleet, services), headers=CALLER) for _ in range(2))
     tool = {"name": "echo", "description": "Echo", "parameters": {"type": "object", "properties": {}}}
     asked = first.post("/v1/exec/programmatic", json={"code": "print(await echo())", "tools": [tool]}).json()
     assert asked["status"] == "tool_call_required", asked
@@ -273,11 +214,11 @@ def test_health_is_a_503_when_no_runner_answers(settings: Settings, fleet: Fleet
 
 
 def test_two_runners_claiming_one_index_are_noticed(
-    settings: Settings, fleet: Fleet, caplog: pytest.LogCaptureFixture
+    settings: Settings, fleet: Fleet, caplog: pytest.LogCaptureFixture, services: Services
 ) -> None:
     twice = [fleet.urls[0], fleet.urls[0], fleet.urls[2]]  # the second says it is runner 0
     with caplog.at_level(logging.ERROR, logger="codeexec.runner.fleet"):
-        app = create_app(fleet_settings(settings, twice))
+        app = create_app(services(fleet_settings(settings, twice)))
     client = TestClient(app, headers=CALLER)
     assert [r["up"] for r in client.get("/health").json()["runners"]] == [True, False, True]
     assert "says it is runner 0 (RUNNER_INDEX), not 1" in caplog.text

@@ -41,7 +41,7 @@ from .helpers.contract import drive_g2_client
 from .helpers.g2 import KID, g2_settings
 from .helpers.tokens import Issuer
 from .hosts import Host, available, hosts
-from .serving import RUNNER_KEY, fleet_settings, serving
+from .serving import RUNNER_KEY, Services, fleet_settings, serving
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(not available(), reason="needs root and iproute2")]
 
@@ -133,9 +133,9 @@ def runners() -> Iterator[list[HostRunner]]:
 
 
 @pytest.fixture
-def replicas(settings: Settings, runners: list[HostRunner]) -> Iterator[list[TestClient]]:
+def replicas(settings: Settings, runners: list[HostRunner], services: Services) -> Iterator[list[TestClient]]:
     configured = fleet_settings(settings, [r.url for r in runners])
-    yield [TestClient(create_app(configured), headers=CALLER) for _ in range(2)]
+    yield [TestClient(create_app(services(configured)), headers=CALLER) for _ in range(2)]
     for runner in runners:  # each test leaves every runner up again
         runner.host.mend()
         if runner.process and runner.process.poll() is None:
@@ -267,7 +267,7 @@ def test_each_runner_reaps_its_own_and_the_service_lists_no_fleet(
 ) -> None:
     client = replicas[0]
     sessions = [session_on_runner(client, index, b"kept") for index in range(3)]
-    service = client.app.state.service.sessions.sandboxes  # type: ignore[attr-defined]
+    service = client.app.state.service.sandboxes  # type: ignore[attr-defined]
     assert list(service.leases()) == [] and reap(service, IDLE_SECONDS).ended == 0
     time.sleep(IDLE_SECONDS + 4)  # past the idle limit and a reaper pass: one look, since a look touches
     assert [client.get(f"/v1/download/{s}/a.txt").status_code for s in sessions] == [404, 404, 404]

@@ -16,6 +16,7 @@ from codeexec.settings import Settings
 
 from .calls import run
 from .conftest import API_KEY
+from .serving import Services
 
 pytestmark = [
     pytest.mark.root,
@@ -44,13 +45,13 @@ print(check_random_state(None).rand())
 
 
 @pytest.fixture
-def app(settings: Settings, warm_pools: None) -> FastAPI:
-    return create_app(settings.model_copy(update={"warm_python": 2, "warm_sandboxes": 1}))
+def app(settings: Settings, services: Services) -> FastAPI:
+    return create_app(services(settings.model_copy(update={"warm_python": 2, "warm_sandboxes": 1})))
 
 
 def test_two_warm_runs_draw_different_numbers(app: FastAPI) -> None:
     client = TestClient(app, headers={"X-API-Key": API_KEY})
-    pools: dict[str, warm.Pool] = app.state.service.sessions.sandboxes.launcher.warm.pools
+    pools: dict[str, warm.Pool] = app.state.service.sandboxes.launcher.warm.pools
     draws = []
     for _ in range(2):
         assert pools["py"].wait_ready()

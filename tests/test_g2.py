@@ -17,6 +17,7 @@ from .calls import file_id
 from .conftest import API_KEY
 from .helpers.g2 import KID, USER, g2_settings, librechat_token
 from .helpers.tokens import Issuer
+from .serving import Services
 
 
 @pytest.fixture
@@ -28,8 +29,8 @@ def issuer(tmp_path: Path) -> Issuer:
 
 
 @pytest.fixture
-def app(settings: Settings, issuer: Issuer) -> FastAPI:
-    return create_app(g2_settings(settings, issuer))
+def app(settings: Settings, issuer: Issuer, services: Services) -> FastAPI:
+    return create_app(services(g2_settings(settings, issuer)))
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_a_librechat_token_alone_authenticates_eddsa_or_rs256(app: FastAPI, issu
         assert run(client, "print('hi')")["stdout"] == "hi\n", kid
 
 
-def test_auth_modes(settings: Settings, issuer: Issuer) -> None:
+def test_auth_modes(settings: Settings, issuer: Issuer, services: Services) -> None:
     bearer = {"Authorization": f"Bearer {librechat_token(issuer)}"}
     key = {"X-API-Key": API_KEY}
     expected = {
@@ -71,16 +72,18 @@ def test_auth_modes(settings: Settings, issuer: Issuer) -> None:
         "key": {"bearer": 401, "key": 200},
     }
     for modes, outcomes in expected.items():
-        client = TestClient(create_app(g2_settings(settings, issuer, modes)))
+        client = TestClient(create_app(services(g2_settings(settings, issuer, modes))))
         for credential, headers in (("bearer", bearer), ("key", key)):
             reply = client.get("/v1/files/AAAAAAAAAAAAAAAAAAAAA", headers=headers)
             # 404: authenticated, and the session does not exist.
             assert reply.status_code == {200: 404, 401: 401}[outcomes[credential]], (modes, credential)
 
 
-def test_jwt_mode_with_nothing_configured_serves_nothing(settings: Settings, issuer: Issuer) -> None:
+def test_jwt_mode_with_nothing_configured_serves_nothing(
+    settings: Settings, issuer: Issuer, services: Services
+) -> None:
     bare = settings.model_copy(update={"code_exec_auth_modes": frozenset({"jwt"})})
-    client = TestClient(create_app(bare))
+    client = TestClient(create_app(services(bare)))
     reply = client.post("/v1/exec", json={"lang": "py", "code": "1"}, headers={"Authorization": "Bearer x.y.z"})
     assert reply.status_code == 401
     assert "CODE_EXEC_JWT_JWKS_URL" in reply.json()["details"]

@@ -3,31 +3,39 @@ the reaper's schedule), on the local backend."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from codeexec.errors import BackendUnavailable
+from codeexec.sandbox.agentcore import api as agentcore_api
+from codeexec.sandbox.microvm import api as microvm_api
 from codeexec.settings import get_settings
 
+from . import monitoring
 from .calls import file_id
+from .emf import problems as emf_problems
 from .lambda_events import (
     EVENTS,
     SAM_LOCAL_KEY,
     SAMPLE_SESSION,
     Context,
+    Functions,
     body_of,
-    cold_start,
     json_of,
     load_event,
     printed,
+    written,
 )
 
 CSV = b"fruit,count\napple,3\npear,4\n"  # what events/upload.json uploads
@@ -49,8 +57,8 @@ def env(monkeypatch: pytest.MonkeyPatch, sandbox_root: Path) -> Iterator[dict]:
 
 
 @pytest.fixture
-def api(monkeypatch: pytest.MonkeyPatch, env: dict) -> ModuleType:
-    return cold_start(monkeypatch, "handlers.api", env)
+def api(env: dict, functions: Functions) -> ModuleType:
+    return functions("handlers.api", env)
 
 
 def call(api: ModuleType, name: str, replace: dict[str, str] | None = None) -> dict[str, Any]:
@@ -153,9 +161,10 @@ def test_logs_carry_the_request_id_and_no_body_or_key(api: ModuleType, capsys: p
     api.handler(event, Context())
     out = capsys.readouterr().out
     logs, _ = printed(out)
-    answered = [line for line in logs if line["message"] == "answered"]
-    assert answered[-1]["correlation_id"] == event["requestContext"]["requestId"]
-    assert (answered[-1]["route"], answered[-1]["status"]) == ("POST /v1/exec", 200)
+    [answered] = [line for line in logs if line["message"] == "call" and line["route"] == "/v1/exec"]
+    assert answered["request_id"] == event["requestContext"]["requestId"]  # API Gateway's, as no X-Request-Id came
+    told = (answered["status"], answered["lang"], answered["outcome"], answered["session"])
+    assert told == (200, "py", "ok", session)
     for secret in (SAM_LOCAL_KEY, "csv.DictReader", "apple,3"):
         assert secret not in out
 
@@ -166,34 +175,115 @@ def test_metrics_count_runs_and_failures(
     session = upload(api)
     call(api, "exec", {SAMPLE_SESSION: session})
     _, metrics = printed(capsys.readouterr().out)
-    assert (metrics[-1]["Runs"], metrics[-1]["Failures"]) == (1, 0)
+    assert (metrics[-1]["Runs"], metrics[-1]["Failures"], metrics[-1]["RunTimeouts"]) == (1, 0, 0)
+    [by_language] = [m for m in metrics if "RunsByLanguage" in m]
+    assert (by_language["Language"], by_language["Outcome"]) == ("py", "ok")
 
     def unavailable(*args: object, **kwargs: object) -> None:
         raise BackendUnavailable("the backend is down")
 
-    monkeypatch.setattr(api.asgi.app.state.service.sessions.sandboxes, "create", unavailable)
+    monkeypatch.setattr(api.service.sandboxes, "create", unavailable)
     assert call(api, "upload")["statusCode"] == 503
     _, metrics = printed(capsys.readouterr().out)
     assert metrics[-1]["Failures"] == 1
     assert "Runs" not in metrics[-1]
 
 
-def test_the_local_backend_refuses_to_start_inside_lambda(monkeypatch: pytest.MonkeyPatch, env: dict) -> None:
+def test_the_emf_check_refuses_what_cloudwatch_would_not_extract(
+    api: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    call(api, "health")
+    [line] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert emf_problems(line) == []
+    [directive] = line["_aws"]["CloudWatchMetrics"]
+
+    def broken(change: Callable[[dict[str, Any]], None]) -> list[str]:
+        document = copy.deepcopy(line)
+        change(document)
+        return emf_problems(document)
+
+    def too_many_dimensions(document: dict[str, Any]) -> None:
+        names = [f"d{i}" for i in range(31)]
+        document["_aws"]["CloudWatchMetrics"][0]["Dimensions"] = [names]
+        document.update(dict.fromkeys(names, "x"))
+
+    assert broken(too_many_dimensions)
+    assert broken(lambda d: d["_aws"].pop("Timestamp"))
+    assert broken(lambda d: d["_aws"]["CloudWatchMetrics"][0]["Metrics"][0].update(Unit="Requests"))
+    metric, dimension = directive["Metrics"][0]["Name"], directive["Dimensions"][0][0]
+    assert broken(lambda d: d.pop(metric))  # a metric's value missing from the root
+    assert broken(lambda d: d.update({metric: "1"}))
+    assert broken(lambda d: d.update({metric: [1.0] * 101}))
+    assert broken(lambda d: d.update({dimension: 7}))
+    assert broken(lambda d: d.update({dimension: ""}))
+
+
+def _microvms_throttled(*args: object, **kwargs: object) -> None:
+    with microvm_api._mapped("RunMicrovm"):  # AWS's launch rate, as the MicroVM backend meets it
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "RunMicrovm")
+
+
+def _agentcore_refused(*args: object, **kwargs: object) -> None:
+    with agentcore_api._mapped("StartCodeInterpreterSession"):
+        raise ClientError({"Error": {"Code": "ServiceQuotaExceededException"}}, "StartCodeInterpreterSession")
+
+
+def test_the_stacks_alarms_and_dashboard_read_what_the_functions_write(
+    api: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    env: dict,
+    capsys: pytest.CaptureFixture[str],
+    functions: Functions,
+) -> None:
+    # Every kind of call the alarms and the dashboard count: a run, a 401, the backends' 429
+    # and 503, and a reaper pass.
+    session = upload(api)
+    assert call(api, "exec", {SAMPLE_SESSION: session})["statusCode"] == 200
+    assert call(api, "upload", {SAM_LOCAL_KEY: "not-the-key"})["statusCode"] == 401
+    for failure, status in ((_microvms_throttled, 429), (_agentcore_refused, 503)):
+        monkeypatch.setattr(api.service.sandboxes, "create", failure)
+        assert call(api, "upload")["statusCode"] == status
+    functions("handlers.reaper", env).handler(load_event("reaper"), Context())
+    out = capsys.readouterr().out
+    metrics, (lines, _) = written(out), printed(out)
+
+    namespace = env["POWERTOOLS_METRICS_NAMESPACE"]
+    filed = {(m.name, frozenset(name for name, _ in m.dimensions)) for m in metrics}
+    values = {pair for m in metrics for pair in m.dimensions}
+    for parameters in ({}, {"SandboxBackend": "microvm"}):
+        stack = monitoring.stack(namespace, parameters)
+        assert monitoring.namespace(stack) == namespace  # the functions write under the stack's name
+        body = monitoring.dashboard(stack)
+        read = {metric for metric in monitoring.read(stack) if metric.namespace == namespace}
+        assert read and read <= metrics, read - metrics  # name, dimensions and their values
+        for search in monitoring.searches(body):
+            assert search.namespace == namespace
+            assert (search.name, search.dimensions) in filed, search
+            assert set(search.picked.items()) <= values, search
+        for query in monitoring.queries(body):
+            if query.group == stack.value({"Ref": "LogGroup"}):
+                assert query.fields <= set().union(*lines), query.fields - set().union(*lines)
+                for field, pattern in query.patterns:
+                    assert any(re.search(pattern, str(line.get(field, ""))) for line in lines), (field, pattern)
+
+
+def test_the_local_backend_refuses_to_start_inside_lambda(env: dict, functions: Functions) -> None:
     with pytest.raises(RuntimeError, match="refuses to run inside AWS Lambda"):
-        cold_start(monkeypatch, "handlers.api", {**env, "AWS_LAMBDA_FUNCTION_NAME": "codeexec-ApiFunction"})
+        functions("handlers.api", {**env, "AWS_LAMBDA_FUNCTION_NAME": "codeexec-ApiFunction"})
 
 
 def test_the_reaper_ends_idle_sessions_only(
-    api: ModuleType, monkeypatch: pytest.MonkeyPatch, env: dict, capsys: pytest.CaptureFixture[str]
+    api: ModuleType, env: dict, capsys: pytest.CaptureFixture[str], functions: Functions
 ) -> None:
     session = upload(api)
     schedule = load_event("reaper")
 
-    reaper = cold_start(monkeypatch, "handlers.reaper", env)
-    assert reaper.handler(schedule, Context()) == {"seen": 1, "ended": 0, "skipped": 0, "failed": 0}
+    reaper = functions("handlers.reaper", env)
+    report = reaper.handler(schedule, Context())
+    assert (report["seen"], report["ended"], report["skipped"], report["failed"]) == (1, 0, 0, 0)
     assert call(api, "files", {SAMPLE_SESSION: session})["statusCode"] == 200
 
-    reaper = cold_start(monkeypatch, "handlers.reaper", {**env, "IDLE_TIMEOUT_SECONDS": "0"})
+    reaper = functions("handlers.reaper", {**env, "IDLE_TIMEOUT_SECONDS": "0"})
     capsys.readouterr()
     assert reaper.handler(schedule, Context())["ended"] == 1
     assert call(api, "files", {SAMPLE_SESSION: session})["statusCode"] == 404
@@ -227,9 +317,9 @@ def test_every_sample_event_is_exercised() -> None:
 def test_the_functions_import_no_server(env: dict) -> None:
     """The functions' layer (lib/requirements.txt) carries no uvicorn: what the handlers
     import must not need it (Lambda would answer every call 'Unable to import module')."""
-    code = "import sys, handlers.api, handlers.reaper; print('uvicorn' in sys.modules)"
+    code = "import sys, handlers.api, handlers.reaper; print({'uvicorn', 'prometheus_client'} & set(sys.modules))"
     root = Path(__file__).resolve().parents[1]
     argv = [sys.executable, "-c", code]
     done = subprocess.run(argv, env={**os.environ, **env}, cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "False"
+    assert done.stdout.strip() == "set()"

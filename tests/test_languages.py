@@ -21,6 +21,7 @@ from .calls import run, upload
 from .conftest import API_KEY
 from .helpers.images import png_size
 from .helpers.programs import ARG, HELLO, TOKEN
+from .serving import Services
 
 # (lang, program, what stderr must say): compile errors and runtime errors alike.
 BROKEN = [
@@ -71,11 +72,11 @@ def test_errors_are_a_200_with_stderr(client: TestClient, lang: str, code: str, 
     assert body["files"] == []
 
 
-def test_java_starts_under_an_address_space_limit(settings: Settings) -> None:
+def test_java_starts_under_an_address_space_limit(settings: Settings, services: Services) -> None:
     # Without cgroups the memory limit is each process's address space, which a JVM with
     # default reservations (heap, class space, code cache) overruns before it runs a line.
     rlimits_only = settings.model_copy(update={"sandbox_cgroups": False})
-    client = TestClient(create_app(rlimits_only), headers={"X-API-Key": API_KEY})
+    client = TestClient(create_app(services(rlimits_only)), headers={"X-API-Key": API_KEY})
     body = run(client, HELLO["java"], "java", args=[ARG])
     assert body["stdout"] == f"{TOKEN}\n{ARG}\n", body["stderr"]
 
@@ -137,10 +138,12 @@ def test_a_missing_linker_makes_a_language_unavailable() -> None:
     assert not replace(rust, needs=("/nonexistent/cc",)).available()
 
 
-def test_missing_toolchain_is_a_400_naming_the_language(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
+def test_missing_toolchain_is_a_400_naming_the_language(
+    monkeypatch: pytest.MonkeyPatch, settings: Settings, services: Services
+) -> None:
     d = TOOLCHAINS["d"]
     monkeypatch.setitem(TOOLCHAINS, "d", replace(d, compile=("/nonexistent/ldc2", *d.compile[1:])))
-    client = TestClient(create_app(settings), headers={"X-API-Key": API_KEY})
+    client = TestClient(create_app(services(settings)), headers={"X-API-Key": API_KEY})
     reply = client.post("/v1/exec", json={"lang": "d", "code": "void main() {}"})
     assert reply.status_code == 400
     assert "lang 'd' is not available here" in reply.json()["details"]

@@ -23,7 +23,7 @@ from codeexec.large_files import KEY_PREFIX
 from .apigateway import ApiGateway
 from .conftest import API_KEY, free_port
 from .helpers.contract import G2_CLIENTS
-from .lambda_events import cold_start
+from .lambda_events import Functions
 
 TWENTY_MB = 20 << 20
 
@@ -48,7 +48,12 @@ def s3(aws_env: None, monkeypatch: pytest.MonkeyPatch, bucket: str) -> Iterator[
 
 @pytest.fixture(params=["local", "agentcore"])
 def api(
-    request: pytest.FixtureRequest, s3: str, bucket: str, monkeypatch: pytest.MonkeyPatch, sandbox_root: Path
+    request: pytest.FixtureRequest,
+    s3: str,
+    bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    sandbox_root: Path,
+    functions: Functions,
 ) -> ModuleType:
     """The API function as Lambda imports it, with the template's large-files settings."""
     monkeypatch.delenv("CODE_EXEC_API_KEY_SECRET_ARN", raising=False)
@@ -64,7 +69,7 @@ def api(
     }
     if request.param == "agentcore":
         env["AGENTCORE_ENDPOINT_URL"] = request.getfixturevalue("agentcore_fake").url
-    return cold_start(monkeypatch, "handlers.api", env)
+    return functions("handlers.api", env)
 
 
 def download_with_axios(base_url: str, path: str) -> dict:

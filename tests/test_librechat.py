@@ -24,7 +24,7 @@ from codeexec.api.app import create_app
 from codeexec.settings import Settings
 
 from .helpers.librechat import CLIENTS, both_sides, drive_with_env, keys_command
-from .serving import serving
+from .serving import Services, serving
 
 USER = "64f0c0ffee0000000000abcd"
 DOCS = Path(__file__).parent.parent / "docs" / "librechat.md"
@@ -127,10 +127,12 @@ def test_the_keys_command_refuses_a_broken_key_without_quoting_it() -> None:
 
 
 def test_librechats_half_drives_the_real_client_through_this_services_half(
-    settings: Settings, sides: tuple[dict, dict]
+    settings: Settings, sides: tuple[dict, dict], services: Services
 ) -> None:
     librechat, service = sides
-    app = create_app(settings.model_copy(update={"code_exec_jwt_public_key": service["CODE_EXEC_JWT_PUBLIC_KEY"]}))
+    app = create_app(
+        services(settings.model_copy(update={"code_exec_jwt_public_key": service["CODE_EXEC_JWT_PUBLIC_KEY"]}))
+    )
     with serving(app) as url:
         result = drive_with_env({**librechat, "LIBRECHAT_CODE_BASEURL": f"{url}/v1"})
     assert result["version"].startswith("3.9.")
@@ -169,7 +171,9 @@ def test_a_malformed_public_key_refuses_to_start_naming_the_variable(value: str,
 
 
 @pytest.mark.parametrize("form", ["pem", "base64", "jwks"])
-def test_the_public_key_is_taken_as_pem_base64_pem_or_a_key_set(settings: Settings, form: str) -> None:
+def test_the_public_key_is_taken_as_pem_base64_pem_or_a_key_set(
+    settings: Settings, form: str, services: Services
+) -> None:
     key = ed25519.Ed25519PrivateKey.generate()
     pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     value = {
@@ -177,16 +181,18 @@ def test_the_public_key_is_taken_as_pem_base64_pem_or_a_key_set(settings: Settin
         "base64": base64.b64encode(pem).decode(),
         "jwks": f'{{"keys": [{jwt.algorithms.OKPAlgorithm.to_jwk(key.public_key())}]}}',
     }[form]
-    client = TestClient(create_app(settings.model_copy(update={"code_exec_jwt_public_key": value})))
+    client = TestClient(create_app(services(settings.model_copy(update={"code_exec_jwt_public_key": value}))))
     answer = client.get("/v1/files/abcdefghijklmnopqrstu", headers={"Authorization": f"Bearer {_token(_pem(key))}"})
     assert answer.status_code == 404  # through auth: the session is not there
 
 
-def test_a_401_says_what_to_change_on_both_sides_and_nothing_secret(settings: Settings, tmp_path: Path) -> None:
+def test_a_401_says_what_to_change_on_both_sides_and_nothing_secret(
+    settings: Settings, tmp_path: Path, services: Services
+) -> None:
     key = ed25519.Ed25519PrivateKey.generate()
     public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     # What LibreChat v0.8.6+ meets at a service set up for G1 only (make serve before this page).
-    g1_only = TestClient(create_app(settings))
+    g1_only = TestClient(create_app(services(settings)))
     assert g1_only.get("/health").json()["auth_modes"] == ["key"]
     for headers in ({}, {"Authorization": f"Bearer {_token(_pem(key))}"}):
         refused = g1_only.post("/v1/exec", json={"lang": "py", "code": "print(1)"}, headers=headers)
@@ -197,7 +203,7 @@ def test_a_401_says_what_to_change_on_both_sides_and_nothing_secret(settings: Se
         assert said[:60] in DOCS.read_text(), said  # the page's troubleshooting table quotes it
     assert "CODEAPI_AUTH_PROVIDER=librechat-jwt" in g1_only.post("/v1/exec", json={}).json()["details"]
 
-    both = TestClient(create_app(settings.model_copy(update={"code_exec_jwt_public_key": public.decode()})))
+    both = TestClient(create_app(services(settings.model_copy(update={"code_exec_jwt_public_key": public.decode()}))))
     assert both.get("/health").json()["auth_modes"] == ["jwt", "key"]
     nothing = both.post("/v1/exec", json={"lang": "py", "code": "print(1)"}).json()["details"]
     assert "CODEAPI_AUTH_PROVIDER=librechat-jwt" in nothing and "docs/librechat.md" in nothing
@@ -213,10 +219,10 @@ def test_a_401_says_what_to_change_on_both_sides_and_nothing_secret(settings: Se
     assert base64.b64encode(public).decode()[:40] not in said and "MCowBQYDK2Vw" not in said
 
 
-def test_librechats_headers_and_a_reused_token_are_accepted(settings: Settings) -> None:
+def test_librechats_headers_and_a_reused_token_are_accepted(settings: Settings, services: Services) -> None:
     key = ed25519.Ed25519PrivateKey.generate()
     public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    client = TestClient(create_app(settings.model_copy(update={"code_exec_jwt_public_key": public.decode()})))
+    client = TestClient(create_app(services(settings.model_copy(update={"code_exec_jwt_public_key": public.decode()}))))
     headers = {
         "Authorization": f"Bearer {_token(_pem(key), code_worker_id='worker-7')}",
         "User-Agent": "LibreChat/1.0",

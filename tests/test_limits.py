@@ -21,6 +21,7 @@ from codeexec.settings import Settings
 
 from .calls import run
 from .conftest import API_KEY
+from .serving import Services
 
 LIMITS_PAGE = Path(__file__).parent.parent / "docs" / "isolation.md"
 # Every limit a user can hit, by its setting.
@@ -49,7 +50,7 @@ def settings(settings: Settings) -> Settings:
 
 
 def test_every_limit_has_a_default_a_setting_and_a_documented_row(
-    monkeypatch: pytest.MonkeyPatch, sandbox_root: Path
+    monkeypatch: pytest.MonkeyPatch, sandbox_root: Path, services: Services
 ) -> None:
     page = LIMITS_PAGE.read_text()
     for name in LIMITS:
@@ -64,7 +65,9 @@ def test_every_limit_has_a_default_a_setting_and_a_documented_row(
     # Each reaches what enforces it: the backend's run limits, or the session layer's.
     backend = make_sandboxes(configured.model_copy(update={"sandbox_root": sandbox_root}))
     assert backend.limits == Limits(7, 7, 7, 7, 7, 7)  # type: ignore[attr-defined]
-    limits = create_app(configured.model_copy(update={"sandbox_root": sandbox_root})).state.service.sessions.limits
+    limits = create_app(
+        services(configured.model_copy(update={"sandbox_root": sandbox_root}))
+    ).state.service.sessions.limits
     assert (limits.run_timeout_seconds, limits.max_files_per_run) == (7, 7)
 
 
@@ -88,8 +91,8 @@ def test_rlimits_inside_the_sandbox(client: TestClient) -> None:
         assert limits["AS"] == [-1, -1] and limits["NPROC"] != [24, 24]
 
 
-def test_without_cgroups_rlimits_stand_in(settings: Settings) -> None:
-    app = create_app(settings.model_copy(update={"sandbox_cgroups": False}))
+def test_without_cgroups_rlimits_stand_in(settings: Settings, services: Services) -> None:
+    app = create_app(services(settings.model_copy(update={"sandbox_cgroups": False})))
     client = TestClient(app, headers={"X-API-Key": API_KEY})
     limits = rlimits_inside(client)
     assert limits["AS"] == [96 << 20] * 2

@@ -36,7 +36,7 @@ from .conftest import API_KEY
 from .fakes.microvms import FakeMicrovms
 from .helpers.microvms import trusted_fake
 from .helpers.programs import ARG, HELLO, TOKEN
-from .serving import free_port
+from .serving import Services, free_port
 
 IMAGE = "arn:aws:lambda:us-east-1:123456789012:microvm-image:codeexec-runner"
 EGRESS = "arn:aws:lambda:us-east-1:123456789012:network-connector:codeexec-no-egress"
@@ -65,8 +65,8 @@ def microvm_settings(fake: FakeMicrovms) -> dict[str, Any]:
 
 
 @pytest.fixture
-def app(settings: Settings, fake: FakeMicrovms) -> FastAPI:
-    return create_app(settings.model_copy(update=microvm_settings(fake)))
+def app(settings: Settings, fake: FakeMicrovms, services: Services) -> FastAPI:
+    return create_app(services(settings.model_copy(update=microvm_settings(fake))))
 
 
 @pytest.fixture
@@ -148,7 +148,7 @@ def test_another_organization_cannot_address_the_session(client: TestClient) -> 
 def test_the_reaper_ends_what_aws_suspended_and_what_outlived_its_ttl(
     client: TestClient, app: FastAPI, fake: FakeMicrovms
 ) -> None:
-    sandboxes = app.state.service.sessions.sandboxes
+    sandboxes = app.state.service.sandboxes
     idle = upload(client, "a.txt", b"x")["session_id"]
     busy = upload(client, "b.txt", b"y")["session_id"]
     assert reap(sandboxes, 600).ended == 0  # both awake: AWS keeps their idle clocks
@@ -220,10 +220,10 @@ def test_the_endpoint_is_used_as_https_whether_aws_answers_its_scheme_or_not() -
 
 
 def test_a_session_runs_with_the_hook_envelope_of_aws_samples_and_an_endpoint_with_its_scheme(
-    aws_env: None, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    aws_env: None, settings: Settings, monkeypatch: pytest.MonkeyPatch, services: Services
 ) -> None:
     with trusted_fake(settings, monkeypatch, hook_body="envelope", endpoint_scheme=True) as fake:
-        app = create_app(settings.model_copy(update=microvm_settings(fake)))
+        app = create_app(services(settings.model_copy(update=microvm_settings(fake))))
         body = run(TestClient(app, headers={"X-API-Key": API_KEY}), "print(6 * 7)")
         assert body["stdout"] == "42\n"
         [vm] = fake.vms.values()

@@ -18,6 +18,7 @@ from .calls import file_id, names, run, upload
 from .conftest import API_KEY
 from .helpers.g2 import g2_settings, librechat_token
 from .helpers.tokens import Issuer
+from .serving import Services
 
 ALICE, BOB = "64f0c0ffee00000000000a11", "64f0c0ffee00000000000b0b"
 
@@ -30,8 +31,8 @@ def issuer(tmp_path: Path) -> Issuer:
 
 
 @pytest.fixture
-def app(settings: Settings, issuer: Issuer) -> FastAPI:
-    return create_app(g2_settings(settings, issuer))
+def app(settings: Settings, issuer: Issuer, services: Services) -> FastAPI:
+    return create_app(services(g2_settings(settings, issuer)))
 
 
 def g2_user(app: FastAPI, issuer: Issuer, user: str) -> TestClient:

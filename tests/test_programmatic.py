@@ -22,6 +22,7 @@ from codeexec.settings import Settings
 from .calls import names
 from .helpers.g2 import g2_settings, librechat_token
 from .helpers.tokens import Issuer
+from .serving import Services
 
 ALICE, BOB = "64f0c0ffee00000000000a11", "64f0c0ffee00000000000b0b"
 WEATHER = {
@@ -41,17 +42,17 @@ def issuer(tmp_path: Path) -> Issuer:
 
 
 @pytest.fixture(params=["local", "agentcore"])
-def app(request: pytest.FixtureRequest, settings: Settings, issuer: Issuer) -> FastAPI:
+def app(request: pytest.FixtureRequest, settings: Settings, issuer: Issuer, services: Services) -> FastAPI:
     configured = g2_settings(settings, issuer)
     if request.param == "agentcore":
         fake = request.getfixturevalue("agentcore_fake")
         configured = configured.model_copy(update={"sandbox_backend": "agentcore", "agentcore_endpoint_url": fake.url})
-    return create_app(configured)
+    return create_app(services(configured))
 
 
 @pytest.fixture
-def local_app(settings: Settings, issuer: Issuer) -> FastAPI:
-    return create_app(g2_settings(settings, issuer))
+def local_app(settings: Settings, issuer: Issuer, services: Services) -> FastAPI:
+    return create_app(services(g2_settings(settings, issuer)))
 
 
 def user(app: FastAPI, issuer: Issuer, sub: str = ALICE, tenant: str = "tenant-1") -> TestClient:
@@ -211,11 +212,13 @@ def test_one_conversation_one_session_per_user(local_app: FastAPI, issuer: Issue
     assert (program["session_id"], program["stdout"]) == (warm["session_id"], "kept\n\n")
 
 
-def test_a_backend_that_cannot_keep_a_workspace_says_so(settings: Settings, issuer: Issuer, agentcore_fake) -> None:
+def test_a_backend_that_cannot_keep_a_workspace_says_so(
+    settings: Settings, issuer: Issuer, agentcore_fake, services: Services
+) -> None:
     configured = g2_settings(settings, issuer).model_copy(
         update={"sandbox_backend": "agentcore", "agentcore_endpoint_url": agentcore_fake.url}
     )
-    alice = user(create_app(configured), issuer)
+    alice = user(create_app(services(configured)), issuer)
     stateful = {"X-CodeAPI-Expected-Profile": "stateful"}
     for path, body in (
         ("/v1/exec", {"lang": "bash", "code": "true", "runtime_session_hint": "c"}),
@@ -312,10 +315,11 @@ def test_a_forged_driver_line_asking_for_a_tool_never_offered_is_a_409(app: Fast
     assert "delete_everything" not in reply.text
 
 
-def test_a_round_never_runs_longer_than_the_run_limit(settings: Settings, issuer: Issuer) -> None:
+def test_a_round_never_runs_longer_than_the_run_limit(settings: Settings, issuer: Issuer, services: Services) -> None:
     """The client's timeout travels in the token, and every round caps it with the
     settings: a client asking for an hour gets RUN_TIMEOUT_SECONDS."""
-    alice = user(create_app(g2_settings(settings, issuer).model_copy(update={"run_timeout_seconds": 2})), issuer)
+    short = g2_settings(settings, issuer).model_copy(update={"run_timeout_seconds": 2})
+    alice = user(create_app(services(short)), issuer)
     asked = post(alice, {"code": "await get_weather(city='x')\nimport time\ntime.sleep(30)", "tools": TOOLS,
                          "timeout": 3_600_000})  # fmt: skip
     assert claims_of(asked["continuation_token"])["timeout"] == 3600

@@ -15,16 +15,18 @@ import pytest
 from fastapi.testclient import TestClient
 
 from codeexec import ids
+from codeexec.api.service import Service
 from codeexec.auth import Caller
 from codeexec.errors import SessionNotFound
 from codeexec.reaper import reap
 from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.local import LocalSandboxes
 from codeexec.sandbox.port import Owner
-from codeexec.serving import start_reaper
 from codeexec.sessions import SessionLimits, Sessions
 from codeexec.settings import Settings
 from codeexec.wire import ExecRequest
+
+from .serving import Services, serving
 
 HOUR = 3600.0
 PROJECT = Path(__file__).parent.parent
@@ -74,7 +76,7 @@ def test_lease_past_its_ttl_is_ended(sandboxes: LocalSandboxes) -> None:
     session = new_session(sandboxes)
     # Touched a moment ago, so only the TTL clock can end it.
     report = reap(sandboxes, idle_timeout=100 * HOUR, clock=lambda: time.time() + 10 * HOUR + 1)
-    assert report.as_dict() == {"seen": 1, "ended": 1, "skipped": 0, "failed": 0}
+    assert (report.seen, report.ended, report.skipped, report.failed) == (1, 1, 0, 0)
     assert not alive(sandboxes, session)
 
 
@@ -202,49 +204,44 @@ def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> 
     assert not any(alive(sandboxes, s) for s in doomed)
 
 
-def test_embedded_server_reaps_on_a_timer(settings: Settings) -> None:
+def test_the_embedded_service_reaps_on_a_timer_from_its_start_to_its_close(settings: Settings) -> None:
     quick = settings.model_copy(update={"reap_interval_seconds": 0.05, "idle_timeout_seconds": 0})
-    sandboxes = make_sandboxes(quick)
-    assert isinstance(sandboxes, LocalSandboxes)
-    session = new_session(sandboxes)
-    stop = start_reaper(sandboxes, quick)
-    try:
+    service = Service(quick)
+    assert isinstance(service.sandboxes, LocalSandboxes)
+    first = new_session(service.sandboxes)
+    time.sleep(0.3)
+    assert alive(service.sandboxes, first)  # made, not started: no timer yet
+    with service:
         deadline = time.monotonic() + 10
-        while alive(sandboxes, session) and time.monotonic() < deadline:
+        while alive(service.sandboxes, first) and time.monotonic() < deadline:
             time.sleep(0.05)
-    finally:
-        stop.set()
-    assert list(sandboxes.leases()) == []
+        assert not alive(service.sandboxes, first)
+    second = new_session(service.sandboxes)
+    time.sleep(0.3)
+    assert alive(service.sandboxes, second)  # closed: the timer has stopped
 
 
 REAPER_INVOCATION = """
 import json, sys
 from tests.lambda_events import Context
 import handlers.reaper
+
+
 print(json.dumps(handlers.reaper.handler(json.load(open("events/reaper.json")), Context())))
 """
 
 
-def test_the_reaper_function_ends_an_api_session_from_outside(settings: Settings) -> None:
+def test_the_reaper_function_ends_an_api_session_from_outside(settings: Settings, services: Services) -> None:
     """The service on loopback leases a session; the reaper function, in a process of its
     own sharing only SANDBOX_ROOT, ends it once its TTL is over; the API then answers 404."""
     import httpx
-    import uvicorn
 
     from codeexec.api.app import create_app
 
-    from .conftest import API_KEY, free_port
+    from .conftest import API_KEY
 
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings.model_copy(update={"lease_ttl_seconds": 1})), port=port, log_level="error")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        while not server.started:
-            time.sleep(0.02)
-        base, headers = f"http://127.0.0.1:{port}/v1", {"X-API-Key": API_KEY}
+    with serving(create_app(services(settings.model_copy(update={"lease_ttl_seconds": 1})))) as url:
+        base, headers = f"{url}/v1", {"X-API-Key": API_KEY}
         session = httpx.post(f"{base}/upload", files={"file": ("a.txt", b"a")}, headers=headers).json()["session_id"]
         time.sleep(1.2)  # past the 1 s TTL
         env = {
@@ -261,9 +258,6 @@ def test_the_reaper_function_ends_an_api_session_from_outside(settings: Settings
         report = json.loads(done.stdout.strip().splitlines()[-1])
         assert (report["seen"], report["ended"]) == (1, 1)
         assert httpx.get(f"{base}/files/{session}", headers=headers).status_code == 404
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def test_a_lease_is_read_without_touching_it(sandboxes: LocalSandboxes) -> None:

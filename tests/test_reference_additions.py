@@ -14,6 +14,7 @@ from codeexec.languages import ALIASES, LANGUAGES
 from codeexec.settings import Settings
 
 from .conftest import API_KEY
+from .serving import Services
 
 # One program per language that only that language runs, printing "ok".
 OK = {
@@ -64,9 +65,11 @@ def test_an_unknown_language_is_a_400_naming_it(client: TestClient) -> None:
 
 
 @pytest.fixture
-def capped(settings: Settings) -> TestClient:
+def capped(settings: Settings, services: Services) -> TestClient:
     """Three files listed in a reply at most."""
-    return TestClient(create_app(settings.model_copy(update={"max_files_per_run": 3})), headers={"X-API-Key": API_KEY})
+    return TestClient(
+        create_app(services(settings.model_copy(update={"max_files_per_run": 3}))), headers={"X-API-Key": API_KEY}
+    )
 
 
 def _truncation_adds_up(cut: dict) -> None:
@@ -130,8 +133,8 @@ def test_a_clients_timeout_in_milliseconds_is_honoured(client: TestClient) -> No
     assert quick["stdout"] == "in time\n"
 
 
-def test_a_clients_timeout_never_goes_past_the_services(settings: Settings) -> None:
-    app = create_app(settings.model_copy(update={"run_timeout_seconds": 1.0}))
+def test_a_clients_timeout_never_goes_past_the_services(settings: Settings, services: Services) -> None:
+    app = create_app(services(settings.model_copy(update={"run_timeout_seconds": 1.0})))
     short = TestClient(app, headers={"X-API-Key": API_KEY})
     started = time.monotonic()
     body = short.post("/v1/exec", json={"lang": "py", "code": "import time\ntime.sleep(15)", "timeout": 600_000}).json()

@@ -25,7 +25,7 @@ from .calls import names
 from .conftest import API_KEY
 from .fakes import microvms
 from .helpers.microvms import trusted_fake
-from .serving import RUNNER_KEY, runner_settings, serving
+from .serving import RUNNER_KEY, Services, runner_settings, serving
 
 TARGETS = {"runner": 2, "microvm": 2, "agentcore": 3}
 TWENTY = "for i in $(seq 20); do echo $i > out$i.txt; done"
@@ -58,7 +58,9 @@ class Backend:
 
 
 @pytest.fixture(params=["runner", "microvm", "agentcore"])
-def backend(request: pytest.FixtureRequest, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
+def backend(
+    request: pytest.FixtureRequest, settings: Settings, monkeypatch: pytest.MonkeyPatch, services: Services
+) -> Iterator[Backend]:
     with contextlib.ExitStack() as stack:
         if request.param == "runner":
             from codeexec.runner.app import create_runner_app
@@ -67,7 +69,7 @@ def backend(request: pytest.FixtureRequest, settings: Settings, monkeypatch: pyt
             runner = build_runner(settings.model_copy(update={"runner_key": SecretStr(RUNNER_KEY)}))
             counted = Counted(create_runner_app(runner))
             url = stack.enter_context(serving(counted))
-            app = create_app(runner_settings(settings, url))
+            app = create_app(services(runner_settings(settings, url)))
             seen = lambda: counted.seen  # noqa: E731
         elif request.param == "microvm":
             vms: list[Counted] = []
@@ -81,15 +83,15 @@ def backend(request: pytest.FixtureRequest, settings: Settings, monkeypatch: pyt
             monkeypatch.setattr(microvms, "create_runner_app", counted_runner)
             request.getfixturevalue("aws_env")
             fake = stack.enter_context(trusted_fake(settings, monkeypatch))
-            app = create_app(settings.model_copy(update={
+            app = create_app(services(settings.model_copy(update={
                 "sandbox_backend": "microvm", "microvm_image": "arn:aws:lambda:us-east-1:1:microvm-image:r",
                 "microvm_endpoint_url": fake.base_url, "runner_key": SecretStr("microvm-runner-key-0123"),
-            }))  # fmt: skip
+            })))  # fmt: skip
             seen = lambda: [r for vm in vms for r in vm.seen]  # noqa: E731
         else:
             fake_ac = request.getfixturevalue("agentcore_fake")
-            app = create_app(settings.model_copy(update={"sandbox_backend": "agentcore",
-                                                          "agentcore_endpoint_url": fake_ac.url}))  # fmt: skip
+            app = create_app(services(settings.model_copy(update={"sandbox_backend": "agentcore",
+                                                          "agentcore_endpoint_url": fake_ac.url})))  # fmt: skip
             seen = lambda: [c for c in fake_ac.fake.calls if c.startswith("invoke ")]  # noqa: E731
         yield Backend(request.param, TestClient(app, headers={"X-API-Key": API_KEY}), seen)
 

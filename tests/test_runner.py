@@ -34,7 +34,7 @@ from codeexec.settings import Settings
 
 from .calls import run, upload
 from .conftest import API_KEY
-from .serving import RUNNER_KEY, free_port, runner_settings, running_runner
+from .serving import RUNNER_KEY, Services, free_port, runner_settings, running_runner
 
 OWNER = OwnerTag("org", "user")
 OWNER_B = OwnerTag("org", "someone else")
@@ -93,9 +93,11 @@ def test_a_runner_without_a_key_refuses_everything(settings: Settings) -> None:
         assert httpx.get(f"{url}/sessions/x", headers={KEY_HEADER: "None"}).status_code == 401
 
 
-def test_a_wrong_key_is_the_backend_failing_not_the_caller(settings: Settings, runner_url: str) -> None:
+def test_a_wrong_key_is_the_backend_failing_not_the_caller(
+    settings: Settings, runner_url: str, services: Services
+) -> None:
     wrong = runner_settings(settings, runner_url).model_copy(update={"runner_key": SecretStr("nope")})
-    client = TestClient(create_app(wrong), headers={"X-API-Key": API_KEY})
+    client = TestClient(create_app(services(wrong)), headers={"X-API-Key": API_KEY})
     answer = client.post("/v1/upload", files={"file": ("a", b"a")})
     # The caller's key was right: a runner refusing the service's key is a 503, never a 401.
     assert answer.status_code == 503
@@ -246,9 +248,9 @@ def test_frames_carry_files_of_any_size_one_after_another() -> None:
         list(frames_of(cut.read))
 
 
-def test_a_runner_that_went_away_is_a_503_with_a_retry_hint(settings: Settings) -> None:
+def test_a_runner_that_went_away_is_a_503_with_a_retry_hint(settings: Settings, services: Services) -> None:
     with running_runner(settings) as (url, _):
-        app = create_app(runner_settings(settings, url))
+        app = create_app(services(runner_settings(settings, url)))
     client = TestClient(app, headers={"X-API-Key": API_KEY})
     answer = client.post("/v1/exec", json={"lang": "py", "code": "print(1)"})
     assert answer.status_code == 503
@@ -257,16 +259,16 @@ def test_a_runner_that_went_away_is_a_503_with_a_retry_hint(settings: Settings) 
 
 
 def test_inside_lambda_the_runner_backend_starts_and_local_still_refuses(
-    settings: Settings, runner_url: str, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, runner_url: str, monkeypatch: pytest.MonkeyPatch, services: Services
 ) -> None:
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "ApiFunction")
-    client = TestClient(create_app(runner_settings(settings, runner_url)), headers={"X-API-Key": API_KEY})
+    client = TestClient(create_app(services(runner_settings(settings, runner_url))), headers={"X-API-Key": API_KEY})
     assert run(client, "print(6 * 7)")["stdout"] == "42\n"
     with pytest.raises(RuntimeError, match="refuses to run inside AWS Lambda"):
         make_sandboxes(settings)
 
 
-def test_python_m_codeexec_runner_serves_and_reaps_on_its_own_timer(sandbox_root: Path) -> None:
+def test_python_m_codeexec_runner_serves_and_reaps_on_its_own_timer(sandbox_root: Path, services: Services) -> None:
     port = free_port()
     env = {
         **os.environ,
@@ -282,10 +284,10 @@ def test_python_m_codeexec_runner_serves_and_reaps_on_its_own_timer(sandbox_root
         assert process.stdout is not None
         assert "Sandbox runner on" in process.stdout.readline()
         url = f"http://127.0.0.1:{port}"
-        service = Settings(
+        through_it = Settings(
             code_exec_api_key=API_KEY, sandbox_backend="runner", runner_url=url, runner_key=RUNNER_KEY
         )
-        client = TestClient(create_app(service), headers={"X-API-Key": API_KEY})
+        client = TestClient(create_app(services(through_it)), headers={"X-API-Key": API_KEY})
         session = upload(client, "a.txt", b"hello")["session_id"]
         assert client.get(f"/v1/files/{session}").status_code == 200
         deadline = time.monotonic() + 20

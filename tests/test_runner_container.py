@@ -22,7 +22,7 @@ from codeexec.settings import Settings
 from .conftest import API_KEY
 from .helpers import engines
 from .helpers.runner_container import runner_container
-from .serving import RUNNER_KEY, runner_settings
+from .serving import RUNNER_KEY, Services, runner_settings
 
 pytestmark = [
     pytest.mark.docker,
@@ -44,9 +44,9 @@ def run(client: httpx.Client, code: str) -> dict:
     return dict(answer.json())
 
 
-def test_runs_get_cgroups_of_their_own_inside_the_container(runner: tuple[str, Settings]) -> None:
+def test_runs_get_cgroups_of_their_own_inside_the_container(runner: tuple[str, Settings], services: Services) -> None:
     url, settings = runner
-    with TestClient(create_app(settings), headers={"X-API-Key": API_KEY}) as client:
+    with TestClient(create_app(services(settings)), headers={"X-API-Key": API_KEY}) as client:
         own = run(client, "print(open('/proc/self/cgroup').read())")["stdout"]
         cgroups = dict(line.split(":", 2)[1:] for line in own.split())
         # Made by the runner in its container's cgroup (the container sees its own as /).

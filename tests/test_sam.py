@@ -14,35 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from fastapi import FastAPI
 
 from codeexec.large_files import KEY_PREFIX, URL_SECONDS
 from codeexec.settings import Settings
 
-from .cloudformation import SAM_PYTHON, STACK_ID, Stack, translated
+from . import monitoring
+from .cloudformation import SAM_PYTHON, STACK_ID, TEMPLATE, Stack, translated
+from .fakes.models import check_request
 from .lambda_events import EVENTS
 
 ROOT = Path(__file__).parent.parent
 SAM = ROOT / ".venv-sam" / "bin" / "sam"  # where `make sam` installs it
 ELF_MACHINE = {"arm64": 183, "x86_64": 62}
 
-
-class _TemplateLoader(yaml.SafeLoader):
-    """YAML with CloudFormation's short tags (!Ref, !Sub, ...) read as {"Ref": ...} etc."""
-
-
-def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    name = suffix if suffix == "Ref" else f"Fn::{suffix}"
-    if isinstance(node, yaml.ScalarNode):
-        return {name: loader.construct_scalar(node)}
-    if isinstance(node, yaml.SequenceNode):
-        return {name: loader.construct_sequence(node, deep=True)}
-    return {name: loader.construct_mapping(node, deep=True)}
-
-
-_TemplateLoader.add_multi_constructor("!", _intrinsic)
-TEMPLATE: dict[str, Any] = yaml.load((ROOT / "template.yaml").read_text(), Loader=_TemplateLoader)
 
 
 def functions() -> dict[str, dict[str, Any]]:
@@ -309,3 +294,106 @@ def test_the_reapers_schedule_is_named_per_stack() -> None:
     ]
     assert len(names) == len(set(names)) == 2
     assert all(re.fullmatch(r"[0-9a-zA-Z-_.]{1,64}", name) for name in names)
+
+
+# -- what the operator sees: alarms, the dashboard, the access log ------------------------
+
+# The metrics AWS documents for HTTP APIs and for functions, by the dimension the stack
+# reads them by (docs.aws.amazon.com: apigateway "http-api-metrics", lambda "monitoring-metrics").
+AWS_METRICS = {
+    ("AWS/ApiGateway", "ApiId"): {"4xx", "5xx", "Count", "IntegrationLatency", "Latency", "DataProcessed"},
+    ("AWS/Lambda", "FunctionName"): {
+        "Invocations", "Errors", "Throttles", "Duration", "ConcurrentExecutions", "DeadLetterErrors",
+        "DestinationDeliveryFailures", "RecursiveInvocationsDropped", "PostRuntimeExtensionsDuration",
+    },
+}  # fmt: skip
+# The variables API Gateway documents for an HTTP API's access log ("http-api-logging-variables").
+ACCESS_LOG_VARIABLES = {
+    f"$context.{name}"
+    for name in [
+        "accountId", "apiId", "authorizer.error", "authorizer.principalId", "awsEndpointRequestId",
+        "awsEndpointRequestId2", "customDomain.basePathMatched", "dataProcessed", "domainName", "domainPrefix",
+        "error.message", "error.messageString", "error.responseType", "extendedRequestId", "httpMethod",
+        "identity.sourceIp", "identity.userAgent", "integration.error", "integration.integrationStatus",
+        "integration.latency", "integration.requestId", "integration.status", "integrationErrorMessage",
+        "integrationLatency", "integrationStatus", "path", "protocol", "requestId", "requestTime",
+        "requestTimeEpoch", "responseLatency", "responseLength", "routeKey", "stage", "status",
+    ]
+}  # fmt: skip
+TOPIC = "arn:aws:sns:us-east-1:123456789012:operators"
+
+
+@pytest.mark.parametrize("parameters", [{}, MICROVM], ids=["agentcore", "microvm"])
+def test_the_dashboard_is_one_valid_body_that_shows_every_alarm(parameters: dict[str, str]) -> None:
+    stack = monitoring.stack(parameters=parameters)
+    body = monitoring.dashboard(stack)  # JSON once substituted, whichever backend
+    taken: set[tuple[int, int]] = set()
+    for widget in body["widgets"]:
+        x, y, width, height = (widget[k] for k in ("x", "y", "width", "height"))
+        cells = {(x + i, y + j) for i in range(width) for j in range(height)}
+        assert x >= 0 and x + width <= 24 and not cells & taken, widget  # the grid is 24 wide
+        taken |= cells
+        assert widget["type"] in ("text", "alarm", "metric", "log")
+        assert widget["type"] in ("text", "alarm") or widget["properties"]["region"] == "us-east-1"
+    [alarms] = monitoring.widgets(body, "alarm")
+    arn = "arn:aws:cloudwatch:us-east-1:123456789012:alarm:{}-physical"
+    assert sorted(alarms["alarms"]) == sorted(arn.format(name) for name in stack.resources("AWS::CloudWatch::Alarm"))
+
+
+@pytest.mark.parametrize("parameters", [{}, MICROVM], ids=["agentcore", "microvm"])
+def test_what_the_stack_reads_of_aws_is_what_aws_writes_of_its_own_resources(parameters: dict[str, str]) -> None:
+    stack = monitoring.stack(parameters=parameters)
+    own = {"ApiId": {stack.value({"Ref": "HttpApi"})}, "FunctionName": {f"{f}-physical" for f in functions()}}
+    read = [metric for metric in monitoring.read(stack) if metric.namespace != monitoring.namespace(stack)]
+    assert read
+    for metric in read:
+        [(dimension, value)] = metric.dimensions
+        assert metric.name in AWS_METRICS[(metric.namespace, dimension)], metric
+        assert value in own[dimension], metric
+
+
+@pytest.mark.parametrize("topic", ["", TOPIC], ids=["the stack's topic", "a topic of yours"])
+def test_every_alarm_is_well_formed_and_tells_the_topic_when_it_fires_and_clears(topic: str) -> None:
+    stack = monitoring.stack(parameters={"AlarmTopicArn": topic})
+    assert bool(stack.resources("AWS::SNS::Topic")) == (not topic)
+    alarms = stack.resources("AWS::CloudWatch::Alarm")
+    assert len(alarms) == 8
+    for name, alarm in alarms.items():
+        check_request("cloudwatch", "PutMetricAlarm", {"AlarmName": name} | alarm)  # CloudWatch's model of an alarm
+        # The model says only "a string" of this one; CloudWatch takes these four.
+        assert alarm["TreatMissingData"] in ("breaching", "notBreaching", "ignore", "missing"), name
+        assert alarm["AlarmActions"] == alarm["OKActions"] == [topic or "AlarmTopic-physical"], name
+        assert 'docs/aws.md "Alarms"' in alarm["AlarmDescription"], name
+        if "Metrics" in alarm:  # metric math: one result, of queries it names
+            [result] = [query for query in alarm["Metrics"] if query["ReturnData"]]
+            ids = {query["Id"] for query in alarm["Metrics"]} - {result["Id"]}
+            assert set(re.findall(r"\b[a-z]\w*\b", result["Expression"])) - {"IF"} == ids, name
+
+
+def test_the_reaper_alarm_fires_when_no_pass_came_in_twice_the_schedules_interval() -> None:
+    schedule = functions()["ReaperFunction"]["Events"]["Schedule"]["Properties"]["ScheduleExpression"]
+    minutes = int(re.fullmatch(r"rate\((\d+) minutes\)", schedule)[1])  # type: ignore[index]
+    stopped = TEMPLATE["Resources"]["ReaperStoppedAlarm"]["Properties"]
+    assert (stopped["MetricName"], stopped["Statistic"], stopped["ComparisonOperator"], stopped["Threshold"]) == (
+        "ReaperPasses", "Sum", "LessThanThreshold", 1,
+    )  # fmt: skip
+    assert stopped["Period"] * stopped["EvaluationPeriods"] == 2 * minutes * 60
+    assert stopped["TreatMissingData"] == "breaching"  # no pass writes nothing: that is the symptom
+
+
+def test_api_gateway_writes_a_json_access_log_with_the_ids_that_find_a_call() -> None:
+    stack = monitoring.stack()
+    [api] = stack.resources("AWS::Serverless::HttpApi").values()
+    settings = api["AccessLogSettings"]
+    group = stack.value({"Ref": "AccessLogGroup"})
+    assert settings["DestinationArn"] == f"arn:aws:logs:us-east-1:123456789012:log-group:{group}"
+    groups = stack.resources("AWS::Logs::LogGroup")
+    assert groups["AccessLogGroup"]["RetentionInDays"] == groups["LogGroup"]["RetentionInDays"] == "30"
+    line = json.loads(settings["Format"])  # one JSON object a request
+    assert set(line.values()) <= ACCESS_LOG_VARIABLES, set(line.values()) - ACCESS_LOG_VARIABLES
+    assert line["requestId"] == "$context.requestId"  # the function's correlation_id
+    assert line["integrationRequestId"] == "$context.integration.requestId"  # the function's function_request_id
+    assert "$context.path" not in line.values()  # a path names the user's files
+    # The dashboard's queries of it read fields it has.
+    reads = [query for query in monitoring.queries(monitoring.dashboard(stack)) if query.group == group]
+    assert reads and all(query.fields <= set(line) for query in reads)

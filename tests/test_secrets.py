@@ -16,7 +16,7 @@ from moto import mock_aws
 
 from codeexec.settings import get_settings
 
-from .lambda_events import SAM_LOCAL_KEY, Context, cold_start, load_event
+from .lambda_events import SAM_LOCAL_KEY, Context, Functions, load_event
 
 KEY = "key-from-secrets-manager-0123456789"
 ROTATED = "rotated-key-9876543210"
@@ -50,17 +50,17 @@ def upload_with(api: ModuleType, key: str) -> int:
 
 
 def test_the_key_comes_from_the_secret(
-    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], capsys: pytest.CaptureFixture[str]
+    env: dict[str, str], capsys: pytest.CaptureFixture[str], functions: Functions
 ) -> None:
-    api = cold_start(monkeypatch, "handlers.api", env)
+    api = functions("handlers.api", env)
     assert upload_with(api, KEY) == 200
     assert upload_with(api, "wrong-key") == 401
     assert upload_with(api, SAM_LOCAL_KEY) == 401
     assert KEY not in capsys.readouterr().out
 
 
-def test_the_secret_is_read_once_per_cold_start(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    api = cold_start(monkeypatch, "handlers.api", env)
+def test_the_secret_is_read_once_per_cold_start(env: dict[str, str], functions: Functions) -> None:
+    api = functions("handlers.api", env)
     assert upload_with(api, KEY) == 200
     boto3.client("secretsmanager").put_secret_value(SecretId=env["CODE_EXEC_API_KEY_SECRET_ARN"], SecretString=ROTATED)
 
@@ -68,23 +68,23 @@ def test_the_secret_is_read_once_per_cold_start(monkeypatch: pytest.MonkeyPatch,
     assert upload_with(api, KEY) == 200
     assert upload_with(api, ROTATED) == 401
 
-    api = cold_start(monkeypatch, "handlers.api", env)
+    api = functions("handlers.api", env)
     assert upload_with(api, ROTATED) == 200
     assert upload_with(api, KEY) == 401
 
 
 def test_the_key_is_read_after_init_so_not_kept_in_a_snapshot(
-    monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+    env: dict[str, str], functions: Functions
 ) -> None:
     """With SnapStart every new environment resumes from one snapshot taken after init:
     a key read at init would be that snapshot's forever. It is read on the first request."""
-    api = cold_start(monkeypatch, "handlers.api", env)  # the init phase: what a snapshot holds
+    api = functions("handlers.api", env)  # the init phase: what a snapshot holds
     boto3.client("secretsmanager").put_secret_value(SecretId=env["CODE_EXEC_API_KEY_SECRET_ARN"], SecretString=ROTATED)
     assert upload_with(api, ROTATED) == 200  # the first request after the restore reads it
     assert upload_with(api, KEY) == 401
 
 
-def test_init_makes_nothing_unique(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+def test_init_makes_nothing_unique(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], functions: Functions) -> None:
     """Nothing drawn from the system's randomness at init (ids, tokens, seeds), which
     every environment restored from one snapshot would share: the deployed configuration,
     the AgentCore backend and the large-files bucket included."""
@@ -101,9 +101,9 @@ def test_init_makes_nothing_unique(monkeypatch: pytest.MonkeyPatch, env: dict[st
                         (random.SystemRandom, "random")]:  # fmt: skip
         monkeypatch.setattr(owner, name, recording(name, getattr(owner, name)))
     deployed = {"SANDBOX_BACKEND": "agentcore", "AWS_REGION": "us-east-1", "LARGE_FILES_BUCKET": "large"}
-    api = cold_start(monkeypatch, "handlers.api", env | deployed)
+    api = functions("handlers.api", env | deployed)
     assert drawn == []
-    assert api.asgi.app.state.service.sessions.large_files.bucket == "large"
+    assert api.service.sessions.large_files.bucket == "large"
     # The recorder sees draws: a request makes some (the AgentCore session's client token).
     upload_with(api, KEY)
     assert "uuid4" in drawn

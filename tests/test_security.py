@@ -14,10 +14,12 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from codeexec.api.service import Service
+from codeexec.sandbox.local import LocalSandboxes
 from codeexec.settings import Settings
 
 from .calls import run
-from .conftest import API_KEY
+from .conftest import API_KEY, CODEEXEC_TEST_BACKEND
 
 
 @pytest.fixture
@@ -48,6 +50,12 @@ def upload(client: TestClient, name: str, data: bytes) -> str:
     reply = client.post("/v1/upload", files={"file": (name, data)})
     assert reply.status_code == 200, reply.text
     return reply.json()["session_id"]
+
+
+def test_runs_go_where_the_suite_says(service: Service) -> None:
+    """This host's own sandboxes, or under make test-runner and test-container a runner's
+    (on loopback, or in a container): never the host's where the suite says otherwise."""
+    assert isinstance(service.sandboxes, LocalSandboxes) == (CODEEXEC_TEST_BACKEND == "local")
 
 
 def host_processes_with(marker: str) -> list[int]:

@@ -16,12 +16,12 @@ from codeexec.settings import Settings
 
 from .calls import run
 from .conftest import API_KEY
-from .serving import RUNNER_KEY, free_port, runner_settings, serving
+from .serving import RUNNER_KEY, Services, free_port, runner_settings, serving
 
 
-def test_the_service_answers_503_until_its_runner_answers_then_serves(settings: Settings) -> None:
+def test_the_service_answers_503_until_its_runner_answers_then_serves(settings: Settings, services: Services) -> None:
     port = free_port()
-    app = create_app(runner_settings(settings, f"http://127.0.0.1:{port}"))  # nothing listens there yet
+    app = create_app(services(runner_settings(settings, f"http://127.0.0.1:{port}")))  # nothing listens there yet
     client = TestClient(app, headers={"X-API-Key": API_KEY})
 
     health = client.get("/health")

@@ -16,6 +16,7 @@ from codeexec.settings import Settings
 from .helpers.contract import drive_g2_client
 from .helpers.g2 import KID
 from .helpers.tokens import Issuer
+from .serving import Services
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def issuer(tmp_path: Path) -> Issuer:
 
 
 @pytest.fixture
-def app(settings: Settings, issuer: Issuer) -> FastAPI:
+def app(settings: Settings, issuer: Issuer, services: Services) -> FastAPI:
     g2 = {
         "code_exec_auth_modes": frozenset({"jwt"}),
         "code_exec_jwt_jwks_url": issuer.url,
@@ -35,7 +36,7 @@ def app(settings: Settings, issuer: Issuer) -> FastAPI:
         # LibreOffice starts in a few seconds alone; a shared CI machine needs room.
         "run_timeout_seconds": 90,
     }
-    return create_app(settings.model_copy(update=g2))
+    return create_app(services(settings.model_copy(update=g2)))
 
 
 def test_document_skills_run_their_scripts_on_a_users_files(live_server: str, issuer: Issuer) -> None:

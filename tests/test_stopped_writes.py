@@ -12,6 +12,7 @@ from codeexec.settings import Settings
 
 from .calls import names, run
 from .conftest import API_KEY
+from .serving import Services
 
 WRITING = (
     "import time\nwith open('growing.txt', 'w') as out:\n    while True:\n        out.write('x' * 100)\n"
@@ -20,8 +21,8 @@ WRITING = (
 
 
 @pytest.fixture
-def client(settings: Settings) -> TestClient:
-    app = create_app(settings.model_copy(update={"run_timeout_seconds": 1}))
+def client(settings: Settings, services: Services) -> TestClient:
+    app = create_app(services(settings.model_copy(update={"run_timeout_seconds": 1})))
     return TestClient(app, headers={"X-API-Key": API_KEY})
 
 

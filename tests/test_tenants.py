@@ -16,6 +16,7 @@ from codeexec.settings import Settings
 from .calls import file_id
 from .conftest import API_KEY
 from .helpers.tokens import AUDIENCE, ISSUER, Issuer
+from .serving import Services
 
 DEPLOYMENT = "deployment-org"
 
@@ -33,8 +34,8 @@ def with_tokens(settings: Settings, jwks_url: str, **more: object) -> Settings:
 
 
 @pytest.fixture
-def app(settings: Settings, issuer: Issuer) -> FastAPI:
-    return create_app(with_tokens(settings, issuer.url))
+def app(settings: Settings, issuer: Issuer, services: Services) -> FastAPI:
+    return create_app(services(with_tokens(settings, issuer.url)))
 
 
 def caller(app: FastAPI, issuer: Issuer, org: str | None) -> TestClient:
@@ -143,16 +144,16 @@ def test_tokens_are_never_logged(app: FastAPI, issuer: Issuer, caplog: pytest.Lo
         assert token.split(".")[2] not in caplog.text
 
 
-def test_without_token_settings_a_bearer_beside_the_key_names_no_tenant(settings: Settings) -> None:
+def test_without_token_settings_a_bearer_beside_the_key_names_no_tenant(settings: Settings, services: Services) -> None:
     # A one-tenant deployment: the bearer hanzo.chat forwards is not a credential here.
-    app = create_app(settings.model_copy(update={"code_exec_org": DEPLOYMENT}))
+    app = create_app(services(settings.model_copy(update={"code_exec_org": DEPLOYMENT})))
     headers = {"X-API-Key": API_KEY, "Authorization": "Bearer anything"}
     session = upload(TestClient(app, headers=headers), "a.txt", b"A")
     assert TestClient(app, headers={"X-API-Key": API_KEY}).get(f"/v1/files/{session}").status_code == 200
 
 
-def test_an_unreachable_key_set_is_a_503_not_a_401(settings: Settings, issuer: Issuer) -> None:
-    app = create_app(with_tokens(settings, "http://127.0.0.1:9/jwks.json"))
+def test_an_unreachable_key_set_is_a_503_not_a_401(settings: Settings, issuer: Issuer, services: Services) -> None:
+    app = create_app(services(with_tokens(settings, "http://127.0.0.1:9/jwks.json")))
     reply = caller(app, issuer, "org-a").post("/v1/exec", json={"lang": "py", "code": "print(1)"})
     assert reply.status_code == 503
     assert "CODE_EXEC_JWT_JWKS_URL" in reply.json()["details"]

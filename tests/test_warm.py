@@ -24,6 +24,7 @@ from codeexec.sandbox.local import cgroups, forkserver, warm
 from codeexec.settings import Settings
 
 from .conftest import API_KEY
+from .serving import Services
 
 # Where the service could keep none (warm._possible): it hands runs a mount, and needs a memory cgroup.
 pytestmark = [
@@ -39,8 +40,8 @@ WARM = "import sys\nprint('warm' if 'pandas' in sys.modules else 'cold')\n"
 
 
 @pytest.fixture
-def app(settings: Settings, warm_pools: None) -> FastAPI:
-    return create_app(settings.model_copy(update={"warm_python": 2, "warm_sandboxes": 2}))
+def app(settings: Settings, services: Services) -> FastAPI:
+    return create_app(services(settings.model_copy(update={"warm_python": 2, "warm_sandboxes": 2})))
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def run(client: TestClient, code: str, **body: Any) -> dict[str, Any]:
 
 def pools(app: FastAPI) -> dict[str, warm.Pool]:
     """The app's pools that are on (its scientific one is off here: test_warm_scientific.py)."""
-    return dict(app.state.service.sessions.sandboxes.launcher.warm.pools)
+    return dict(app.state.service.sandboxes.launcher.warm.pools)
 
 
 def wait_warm(app: FastAPI) -> None:
@@ -162,13 +163,16 @@ BOMBS = {
 
 
 @pytest.mark.parametrize("name", BOMBS)
-def test_bombs_stop_the_same_way_warm_and_cold(settings: Settings, warm_pools: None, name: str) -> None:
+def test_bombs_stop_the_same_way_warm_and_cold(
+    settings: Settings, name: str, services: Services
+) -> None:
     small = settings.model_copy(
         update={"run_timeout_seconds": 3, "run_cpu_seconds": 1, "run_memory_bytes": 128 << 20,
                 "run_max_processes": 32, "max_output_bytes": 64 << 10}
     )  # fmt: skip
-    warm_app = create_app(small.model_copy(update={"warm_python": 1, "warm_sandboxes": 1}))
-    cold_app = create_app(small.model_copy(update={"warm_python": 0, "warm_sandboxes": 0, "warm_scientific": 0}))
+    warm_app = create_app(services(small.model_copy(update={"warm_python": 1, "warm_sandboxes": 1})))
+    cold = {"warm_python": 0, "warm_sandboxes": 0, "warm_scientific": 0}
+    cold_app = create_app(services(small.model_copy(update=cold)))
     lang, code = BOMBS[name]
     replies = {}
     for side, app in (("warm", warm_app), ("cold", cold_app)):
@@ -390,9 +394,9 @@ def cold_on_failure(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_a_host_that_cannot_fork_runs_runs_every_run_cold(
-    settings: Settings, warm_pools: None, cold_on_failure: None
+    settings: Settings, cold_on_failure: None, services: Services
 ) -> None:
-    app = create_app(settings.model_copy(update={"warm_python": 1, "warm_sandboxes": 1}))
+    app = create_app(services(settings.model_copy(update={"warm_python": 1, "warm_sandboxes": 1})))
     client = TestClient(app, headers={"X-API-Key": API_KEY})
     deadline = time.monotonic() + 60
     while any(pool and not pool.closed for pool in pools(app).values()):  # three failures, then off
@@ -417,13 +421,13 @@ def test_a_run_the_ready_run_cannot_take_runs_cold(
 
 
 def test_without_cgroups_a_bare_servers_runs_hold_the_rlimits_cold_runs_hold(
-    settings: Settings, warm_pools: None
+    settings: Settings, services: Services
 ) -> None:
     app = create_app(
-        settings.model_copy(
+        services(settings.model_copy(
             update={"sandbox_cgroups": False, "warm_python": 1, "warm_sandboxes": 1, "warm_scientific": 1,
                     "run_memory_bytes": 96 << 20, "run_max_processes": 24}
-        )  # fmt: skip
+        ))  # fmt: skip
     )
     client = TestClient(app, headers={"X-API-Key": API_KEY})
     assert list(pools(app)) == ["bare"]  # an address-space limit would count the others' libraries
@@ -435,24 +439,26 @@ def test_without_cgroups_a_bare_servers_runs_hold_the_rlimits_cold_runs_hold(
 
 
 def test_a_host_without_detached_mounts_runs_every_run_cold(
-    settings: Settings, warm_pools: None, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, services: Services
 ) -> None:
     def missing(path: str) -> int:
         raise OSError(38, "Function not implemented")  # a kernel before 5.2
 
     monkeypatch.setattr(forkserver, "open_tree", missing)
-    app = create_app(settings.model_copy(update={"warm_python": 1, "warm_sandboxes": 1, "warm_scientific": 1}))
+    every_kind = {"warm_python": 1, "warm_sandboxes": 1, "warm_scientific": 1}
+    app = create_app(services(settings.model_copy(update=every_kind)))
     assert pools(app) == {}
     assert run(TestClient(app, headers={"X-API-Key": API_KEY}), WARM + "print(6 * 7)")["stdout"] == "cold\n42\n"
 
 
 def test_a_fork_that_fails_leaves_its_server_to_end_with_its_pool(
-    settings: Settings, warm_pools: None, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, services: Services
 ) -> None:
     """A run made ahead that could not be made gives its server back once, not twice: a
     server counted one run short would never see its last run end, and outlive its pool
     (as a retired server would outlive its replacement, holding its memory)."""
-    app = create_app(settings.model_copy(update={"warm_python": 0, "warm_sandboxes": 1, "warm_scientific": 0}))
+    bare_only = {"warm_python": 0, "warm_sandboxes": 1, "warm_scientific": 0}
+    app = create_app(services(settings.model_copy(update=bare_only)))
     bare = pools(app)["bare"]
     assert bare.wait_ready() and bare.server is not None
     server = bare.server

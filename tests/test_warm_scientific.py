@@ -17,6 +17,7 @@ from codeexec.settings import Settings
 
 from .calls import run
 from .conftest import API_KEY
+from .serving import Services
 
 pytestmark = [
     pytest.mark.root,
@@ -53,12 +54,14 @@ print(check_random_state(None).rand(), train_test_split(list(range(100)), test_s
 
 
 @pytest.fixture
-def app(settings: Settings, warm_pools: None) -> FastAPI:
-    return create_app(settings.model_copy(update={"warm_python": 1, "warm_scientific": 1, "warm_sandboxes": 1}))
+def app(settings: Settings, services: Services) -> FastAPI:
+    return create_app(
+        services(settings.model_copy(update={"warm_python": 1, "warm_scientific": 1, "warm_sandboxes": 1}))
+    )
 
 
 def pools(app: FastAPI) -> dict[str, warm.Pool]:
-    return app.state.service.sessions.sandboxes.launcher.warm.pools  # type: ignore[no-any-return]
+    return app.state.service.sandboxes.launcher.warm.pools  # type: ignore[no-any-return]
 
 
 def taken(app: FastAPI) -> dict[str, int]:

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .errors import ServiceError
+from .telemetry import calls
 
 log = logging.getLogger("codeexec")
 
@@ -19,6 +20,7 @@ Handler = Callable[[Request, Exception], Response]
 
 
 def error_response(exc: ServiceError) -> JSONResponse:
+    calls.note_refused(exc.reason or exc.error)
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers())
 
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .bearer_tokens import Identity, InvalidToken, TokenVerifier
 from .errors import Unauthorized
 from .sandbox.port import Owner
+from .service_keys import DEFAULT_KEY, ServiceKey, ServiceKeys, key_hash
 from .settings import Settings
 
 DOCS_PAGE = "docs/librechat.md"  # the page that sets up both sides
@@ -41,11 +42,12 @@ class Caller:
 
     org: str
     user: str | None
+    key: ServiceKey | None = None  # the named service key it came with (service_keys.py)
 
     def named(self, user: str | None) -> Caller:
         """The same caller acting for the user its request names, unless its credential
         named one already (a token's `sub` wins over a body or a header)."""
-        return self if self.user is not None or not user else Caller(self.org, user)
+        return self if self.user is not None or not user else replace(self, user=user)
 
     @property
     def owner(self) -> Owner:
@@ -59,24 +61,30 @@ class Authenticator:
         org: str,
         modes: frozenset[str] = frozenset({"key"}),
         tokens: TokenVerifier | None = None,
+        named_keys: ServiceKeys | None = None,
     ) -> None:
         # A callable, so a deployment can read the key from a secret store lazily, once.
         self._api_key = api_key
         self._org = org
         self._modes = modes
         self._tokens = tokens
+        self._named_keys = named_keys
 
     @property
     def modes(self) -> list[str]:
         """For /health: the modes that accept something (a mode with nothing configured
         accepts nothing)."""
-        on = {"key": bool(self._api_key()), "jwt": self._tokens is not None}
+        on = {"key": bool(self._api_key() or self._named_keys), "jwt": self._tokens is not None}
         return sorted(mode for mode in self._modes if on[mode])
+
+    def named_keys(self) -> list[ServiceKey]:
+        """The file's keys, for the console (their names and limits, never their hashes' use)."""
+        return self._named_keys.keys() if self._named_keys else []
 
     def status(self) -> str:
         """For /health: what this deployment accepts, or why it accepts nothing."""
         accepted = []
-        if "key" in self._modes and self._api_key():
+        if "key" in self._modes and (self._api_key() or self._named_keys):
             accepted.append("X-API-Key" + (" (+ tenant bearer token)" if self._tokens else ""))
         if "jwt" in self._modes and self._tokens:
             accepted.append("bearer token")
@@ -86,15 +94,15 @@ class Authenticator:
         """Who is calling, or Unauthorized."""
         token = _bearer(headers)
         if "key" in self._modes and headers.get("x-api-key"):
-            self._check_key(headers["x-api-key"])
+            key = self._check_key(headers["x-api-key"])
             if token is not None and self._tokens:
                 identity = self._verified(token)
-                return Caller(identity.org, identity.user)
-            return Caller(self._org, None)
+                return Caller(identity.org, identity.user, key)
+            return Caller(key.org or self._org, None, key)
         if "jwt" in self._modes and token is not None:
             identity = self._verified(token)
             return Caller(identity.org, identity.user)
-        raise Unauthorized(self._what_to_change(bearer=token is not None))
+        raise Unauthorized(self._what_to_change(bearer=token is not None), reason="missing")
 
     def _what_to_change(self, bearer: bool) -> str:
         """Why a call without a usable credential is refused, naming the settings of both
@@ -116,24 +124,32 @@ class Authenticator:
             )
         return f"{told} (`python -m codeexec.keys` prints both sides' settings; see {DOCS_PAGE})"
 
-    def _check_key(self, given: str) -> None:
+    def _check_key(self, given: str) -> ServiceKey:
+        """The key given: one of the file's, or CODE_EXEC_API_KEY (named `default`, with no
+        limits of its own); else Unauthorized."""
+        named = self._named_keys.find(given) if self._named_keys else None
+        if named is not None:
+            return named
         expected = self._api_key()
-        if not expected:
-            raise Unauthorized("the service has no API key configured (CODE_EXEC_API_KEY)")
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise Unauthorized("wrong X-API-Key")
+        if not expected and not self._named_keys:
+            said = "the service has no API key configured (CODE_EXEC_API_KEY or CODE_EXEC_API_KEYS_FILE)"
+            raise Unauthorized(said, reason="no_key_configured")
+        if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+            raise Unauthorized("wrong X-API-Key", reason="bad_key")
+        return ServiceKey(name=DEFAULT_KEY, sha256=key_hash(expected))
 
     def _verified(self, token: str) -> Identity:
         if self._tokens is None:
             raise Unauthorized(
                 "this service verifies no bearer tokens: set CODE_EXEC_JWT_PUBLIC_KEY (or CODE_EXEC_JWT_JWKS_URL) "
                 "to the public half of LibreChat's CODEAPI_JWT_PRIVATE_KEY_BASE64 "
-                f"(`python -m codeexec.keys` prints both sides' settings; see {DOCS_PAGE})"
+                f"(`python -m codeexec.keys` prints both sides' settings; see {DOCS_PAGE})",
+                reason="bearer_not_accepted",
             )
         try:
             return self._tokens.verify(token)
         except InvalidToken as exc:
-            raise Unauthorized(str(exc)) from exc
+            raise Unauthorized(str(exc), reason="expired_token" if exc.expired else "bad_token") from exc
 
 
 def make_authenticator(settings: Settings, api_key: Callable[[], str | None]) -> Authenticator:
@@ -147,7 +163,8 @@ def make_authenticator(settings: Settings, api_key: Callable[[], str | None]) ->
             settings.code_exec_jwt_algorithms,
             public_key=settings.code_exec_jwt_public_key,
         )
-    return Authenticator(api_key, settings.code_exec_org, settings.auth_modes, tokens)
+    named_keys = ServiceKeys(settings.code_exec_api_keys_file) if settings.code_exec_api_keys_file else None
+    return Authenticator(api_key, settings.code_exec_org, settings.auth_modes, tokens, named_keys)
 
 
 def _bearer(headers: Mapping[str, str]) -> str | None:

@@ -50,6 +50,10 @@ class Identity:
 class InvalidToken(Exception):
     """A token is present but not acceptable (401). The message is the reason."""
 
+    def __init__(self, reason: str, expired: bool = False) -> None:
+        super().__init__(reason)
+        self.expired = expired  # the one failure a client fixes by asking for a new token
+
 
 class _Keys(Protocol):
     def get_signing_key_from_jwt(self, token: str) -> PyJWK: ...
@@ -189,7 +193,7 @@ class TokenVerifier:
         except (jwt.PyJWKClientConnectionError, jwt.PyJWKSetError, json.JSONDecodeError, OSError) as exc:
             raise KeysUnavailable("the key set (CODE_EXEC_JWT_JWKS_URL) is unreachable or unusable") from exc
         except (jwt.PyJWKClientError, jwt.InvalidTokenError) as exc:
-            raise InvalidToken(_reason(exc)) from exc
+            raise InvalidToken(_reason(exc), expired=isinstance(exc, jwt.ExpiredSignatureError)) from exc
         org = claims.get(self._org_claim)
         if not isinstance(org, str) or not org:
             raise InvalidToken(f"the bearer token has no '{self._org_claim}' claim naming an organization")

@@ -17,10 +17,13 @@ class ServiceError(Exception):
     #: what the caller is told when the raiser gives no details of its own
     default_details: ClassVar[str] = "the service failed; the failure is logged"
 
-    def __init__(self, details: str | None = None, *, retry_after: int | None = None) -> None:
+    def __init__(self, details: str | None = None, *, retry_after: int | None = None, reason: str = "") -> None:
         super().__init__(details or self.default_details)
         self.details = details or self.default_details
         self.retry_after = retry_after  # seconds, for errors the caller may retry
+        # Why, in one word of a small set, for the metrics and the log line (never sent):
+        # which share a 429 passed, which credential a 401 lacked.
+        self.reason = reason
 
     def body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"error": self.error, "details": self.details}
@@ -64,6 +67,12 @@ class ProfileMismatch(ServiceError):
 
     def body(self) -> dict[str, Any]:
         return super().body() | {"code": self.error}
+
+
+class NotFound(ServiceError):
+    status = 404
+    error = "Not found"
+    default_details = "nothing is here"
 
 
 class SessionNotFound(ServiceError):
@@ -129,8 +138,8 @@ class RateLimited(ServiceError):
     error = "rate_limited"
     default_details = "too many calls at once; try again shortly"
 
-    def __init__(self, details: str | None = None, *, retry_after: int = 1) -> None:
-        super().__init__(details, retry_after=retry_after)
+    def __init__(self, details: str | None = None, *, retry_after: int = 1, reason: str = "") -> None:
+        super().__init__(details, retry_after=retry_after, reason=reason)
 
 
 class Unavailable(ServiceError):

@@ -1,7 +1,12 @@
-"""The key pair LibreChat signs its code API tokens with, and both sides' settings for it.
+"""The key pair LibreChat signs its code API tokens with, and both sides' settings for it;
+and named service keys.
 
     python -m codeexec.keys [--base-url URL] [--env-file LIBRECHAT_ENV] [--only SIDE]
                                                       (what `make librechat-keys` runs)
+    python -m codeexec.keys service-key NAME [--org ORG] [--runs-at-once N]
+                            [--runs-per-minute N] [--stored-bytes N]
+                                                      a new service key, and its line for
+                                                      CODE_EXEC_API_KEYS_FILE (service_keys.py)
 
 LibreChat v0.8.6+ (packages/api/src/auth/codeapi.ts) signs each token itself with the
 private key in CODEAPI_JWT_PRIVATE_KEY_BASE64 (the PKCS#8 PEM in base64; EdDSA unless
@@ -19,12 +24,16 @@ import argparse
 import base64
 import binascii
 import os
+import secrets
 import sys
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from dotenv import dotenv_values
+from pydantic import ValidationError
+
+from .service_keys import ServiceKey, key_hash
 
 PRIVATE_KEY_VARIABLE = "CODEAPI_JWT_PRIVATE_KEY_BASE64"
 KID_VARIABLE = "CODEAPI_JWT_KID"
@@ -74,7 +83,34 @@ def settings(key: PrivateKeyTypes, kid: str, base_url: str, only: str | None = N
     return "\n\n".join("\n".join(lines) for side, lines in blocks.items() if only in (None, side)) + "\n"
 
 
+def service_key(argv: list[str]) -> int:
+    """A new key for X-API-Key, printed once (only its hash is kept), and its line."""
+    parser = argparse.ArgumentParser(prog="python -m codeexec.keys service-key", description=service_key.__doc__)
+    parser.add_argument("name", help="what the console, the metrics and the logs call it")
+    parser.add_argument("--org", help="the organization its callers' sessions belong to (default: CODE_EXEC_ORG)")
+    parser.add_argument("--runs-at-once", type=int, help="its runs in flight at once, at most (each replica)")
+    parser.add_argument("--runs-per-minute", type=int, help="its runs started a minute, at most (each replica)")
+    parser.add_argument("--stored-bytes", type=int, help="its organization's sessions' bytes together, at most")
+    args = parser.parse_args(argv)
+    key = secrets.token_urlsafe(32)
+    limits = {"org": args.org, "runs_at_once": args.runs_at_once, "runs_per_minute": args.runs_per_minute,
+              "stored_bytes": args.stored_bytes}  # fmt: skip
+    try:
+        line = ServiceKey(name=args.name, sha256=key_hash(key), **{k: v for k, v in limits.items() if v is not None})
+    except ValidationError as exc:
+        print(f"codeexec.keys: {'; '.join(str(e['msg']) for e in exc.errors())}", file=sys.stderr)
+        return 2
+    sys.stdout.write(
+        f"# the key, for LibreChat's LIBRECHAT_CODE_API_KEY (shown once: the file keeps its hash only)\n{key}\n"
+        f"# its line, for CODE_EXEC_API_KEYS_FILE\n{line.model_dump_json(exclude_none=True)}\n"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["service-key"]:
+        return service_key(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m codeexec.keys", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--private-key-base64",

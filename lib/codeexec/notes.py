@@ -68,3 +68,22 @@ def around(stderr: str, before: Iterable[str], after: Iterable[str]) -> str:
     if after:
         text += ("\n" if text and not text.endswith("\n") else "") + "\n".join(after) + "\n"
     return text
+
+
+_QUOTA_SCOPES = {"user": ("this user's", "MAX_USER_BYTES"), "tenant": ("this organization's", "MAX_TENANT_BYTES")}
+
+
+def over_quota(scope: str, held: int, limit: int) -> str:
+    """What a user is told (LibreChat shows it) when a storage quota refuses a call."""
+    whose, setting = _QUOTA_SCOPES[scope]
+    return (
+        f"{whose} sessions hold {_size(held)} of the {_size(limit)} they may hold ({setting}): delete files "
+        "from them (or conversations whose files are no longer needed) to free space, then try again"
+    )
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"

@@ -27,8 +27,9 @@ class ReapReport:
     ended: int = 0
     skipped: int = 0  # due, but a call was using it: the next pass tries again
     failed: int = 0
+    seconds: float = 0.0  # how long the pass took
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, float]:
         return asdict(self)
 
 
@@ -38,6 +39,7 @@ def is_due(lease: Lease, now: float, idle_timeout: float) -> bool:
 
 def reap(sandboxes: Sandboxes, idle_timeout: float, clock: Callable[[], float] = time.time) -> ReapReport:
     report = ReapReport()
+    started = time.perf_counter()
     for lease in sandboxes.leases():
         report.seen += 1
         if not is_due(lease, clock(), idle_timeout):
@@ -53,5 +55,7 @@ def reap(sandboxes: Sandboxes, idle_timeout: float, clock: Callable[[], float] =
             report.ended += 1
         else:
             report.skipped += 1
+    report.seconds = round(time.perf_counter() - started, 6)
     log.info("reaper pass: %s", report.as_dict())
     return report
+

@@ -1,11 +1,15 @@
 """Settings, read once from the environment (pydantic-settings does the parsing).
 
 Every limit a user can hit has a default here and an environment variable of the same
-name in upper case; docs/isolation.md lists them.
+name in upper case; docs/isolation.md lists them. With SECRETS_DIR set, each file there
+named after a setting (CODE_EXEC_API_KEY, RUNNER_KEY; a Kubernetes Secret mounted as a
+volume) gives its value too, where the environment does not: keys then stay out of every
+process's environment.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from functools import lru_cache
@@ -14,7 +18,13 @@ from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 # What LibreChat's tokens carry unless its CODEAPI_JWT_ISSUER / CODEAPI_JWT_AUDIENCE say otherwise.
 LIBRECHAT_ISSUER = "librechat"
@@ -24,8 +34,30 @@ LIBRECHAT_AUDIENCE = "codeapi"
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", frozen=True)
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Files of SECRETS_DIR after the environment (pydantic-settings' secrets_dir, named
+        at run time: a directory fixed in the class would be looked for, and warned about, on
+        every host)."""
+        secrets_dir = os.environ.get("SECRETS_DIR")
+        files = SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir) if secrets_dir else file_secret_settings
+        return init_settings, env_settings, dotenv_settings, files
+
     # Auth. No key configured means every route but /health answers 401: fail closed.
     code_exec_api_key: SecretStr | None = None
+    # The operator's console (/admin, docs/operations.md): its own key, never the service's;
+    # unset, the console and its API answer 404.
+    code_exec_admin_key: SecretStr | None = None
+    # Named keys, each with its own name, organization and limits (service_keys.py), read
+    # again when the file changes; beside CODE_EXEC_API_KEY or instead of it.
+    code_exec_api_keys_file: Path | None = None
     # Signs programmatic continuation tokens; unset: derived from the service key, else
     # one per process (tokens then continue only in the process that issued them).
     code_exec_token_secret: SecretStr | None = None
@@ -83,6 +115,14 @@ class Settings(BaseSettings):
     # How long a new VM may take to answer before it counts as failed to boot.
     microvm_boot_seconds: float = 60.0
 
+    # What the servers tell (docs/operations.md): their log, one JSON object a line or text,
+    # and the port their Prometheus metrics listen on (0: none), the service's and the
+    # runner's apart, so that both can run on one host.
+    log_format: Literal["json", "text"] = "json"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    runner_metrics_port: int = Field(default=9465, ge=0, le=65535)
+
     lease_ttl_seconds: int = 86_400  # LibreChat re-uploads files older than 23 hours
     idle_timeout_seconds: int = 3_600
     # How often the embedded server's reaper runs (on Lambda, the schedule decides).
@@ -126,6 +166,10 @@ class Settings(BaseSettings):
     run_cpus: int = Field(default=1, ge=1)
     max_file_bytes: int = 104_857_600  # one file a run writes
     max_session_bytes: int = 1_073_741_824  # all of a session's files together
+    # Storage quotas over all of a user's (an organization's) sessions, on every host of a
+    # fleet together (docs/operations.md "Quotas"); 0: none.
+    max_user_bytes: int = Field(default=0, ge=0)
+    max_tenant_bytes: int = Field(default=0, ge=0)
     # Use cgroups where the host offers them; false leaves rlimits alone to hold.
     sandbox_cgroups: bool = True
     # Runs made ahead (`local`, as root), forked from a server that imported numpy, pandas
@@ -146,6 +190,20 @@ class Settings(BaseSettings):
     @classmethod
     def _no_modes_is_the_default(cls, value: frozenset[str] | None) -> frozenset[str] | None:
         return value or None  # an empty variable (compose passes one through) is an unset one
+
+    @field_validator("code_exec_api_keys_file")
+    @classmethod
+    def _readable_keys_file(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            from .service_keys import parse  # only for a deployment with named keys
+
+            try:
+                parse(value.read_text())
+            except OSError as exc:
+                raise ValueError(f"CODE_EXEC_API_KEYS_FILE {value} cannot be read: {exc.strerror}") from None
+            except ValueError as exc:
+                raise ValueError(f"CODE_EXEC_API_KEYS_FILE {value}: {exc}") from None
+        return value
 
     @field_validator("code_exec_jwt_public_key")
     @classmethod

@@ -57,9 +57,16 @@ class Engine:
 
 
 def start(
-    engine: Engine, data_root: Path, bridge: str = "none", seccomp: Path | None = None, dns: str | None = None
+    engine: Engine,
+    data_root: Path,
+    bridge: str = "none",
+    seccomp: Path | None = None,
+    dns: str | None = None,
+    userns: bool = False,
 ) -> None:
-    """Starts its dockerd (again: a stopped engine keeps its data root, containers and swarm)."""
+    """Starts its dockerd (again: a stopped engine keeps its data root, containers and swarm).
+    `userns`: every container in a user namespace of its own, its root the host's uid
+    remapped_root() (as a Kubernetes pod with `hostUsers: false`)."""
     engine.run.mkdir(parents=True, exist_ok=True)
     data_root.mkdir(parents=True, exist_ok=True)
     argv = [
@@ -68,6 +75,7 @@ def start(
         "--iptables=false", "--ip-masq=false", "--containerd-namespace", f"cx-{engine.name}",
         "--containerd-plugins-namespace", f"cx-{engine.name}-plugins",
         *(["--seccomp-profile", str(seccomp)] if seccomp else []), *(["--dns", dns] if dns else []),
+        *(["--userns-remap", "default"] if userns else []),
     ]  # fmt: skip
     if engine.netns:  # a host of its own: its network namespace and its own host name
         # nsenter, not `ip netns exec`: that one mounts a /sys of its own, without cgroups.
@@ -97,20 +105,33 @@ def stop(engine: Engine, kill: bool = False) -> None:
         time.sleep(0.2)
 
 
+def remapped_root() -> int:
+    """The host uid that is root in a container of an engine started with `userns` (dockerd
+    adds the user `dockremap` and its range to /etc/subuid, the same for gids)."""
+    for line in Path("/etc/subuid").read_text().splitlines():
+        user, first, _ = line.split(":")
+        if user == "dockremap":
+            return int(first)
+    raise AssertionError("no dockremap range in /etc/subuid: was the engine started with userns?")
+
+
 @contextlib.contextmanager
-def engine(name: str, seccomp: Path | None = None) -> Iterator[Engine]:
+def engine(name: str, seccomp: Path | None = None, userns: bool = False) -> Iterator[Engine]:
     """One engine with a data root of its own, on the machine's network, removed afterwards."""
     # Short: containerd's sockets live under the run directory, and a socket path holds 108 bytes.
     run = Path(tempfile.mkdtemp(prefix="cxe-", dir="/tmp"))
     data_root = Path(tempfile.mkdtemp(prefix=f"codeexec-engine-{name}-", dir="/var/tmp"))
     made = Engine(name, run, None)
     try:
-        start(made, data_root, seccomp=seccomp)
+        start(made, data_root, seccomp=seccomp, userns=userns)
         yield made
     finally:
         remove_containers(made)
         stop(made)
-        shutil.rmtree(run, ignore_errors=True)
+        # With `userns`, dockerd also makes <run>.<uid>.<gid> beside it, for the remapped root.
+        for path in (run, *run.parent.glob(f"{run.name}.*")):
+            unmount_beneath(path)  # its exec root's netns/default, which dockerd leaves mounted
+            shutil.rmtree(path, ignore_errors=True)
         remove_data_root(data_root)
 
 
@@ -120,16 +141,22 @@ def remove_containers(engine: Engine) -> None:
     with contextlib.suppress(OSError, subprocess.SubprocessError, AssertionError):
         if leftovers := engine.docker("ps", "-aq", check=False).split():
             engine.docker("rm", "-f", *leftovers, check=False)
+        engine.docker("network", "prune", "--force", check=False)  # a bridge outlives its engine
 
 
 def remove_data_root(data_root: Path) -> None:
     # overlay2 leaves mounts under it (and dockerd its own bind of it) when its engine
     # died: unmount before removing.
+    unmount_beneath(data_root)
+    shutil.rmtree(data_root, ignore_errors=True)
+
+
+def unmount_beneath(path: Path) -> None:
+    """Every mount at `path` or below it, deepest first."""
     for line in reversed(Path("/proc/self/mounts").read_text().splitlines()):
         point = line.split()[1]
-        if point == str(data_root) or point.startswith(f"{data_root}/"):
+        if point == str(path) or point.startswith(f"{path}/"):
             subprocess.run(["umount", "--lazy", point], capture_output=True)
-    shutil.rmtree(data_root, ignore_errors=True)
 
 
 def empty_image(engine: Engine, tag: str = "codeexec/empty:test") -> str:

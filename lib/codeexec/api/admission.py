@@ -27,20 +27,27 @@ slots of its own and the same shares by user (a listing of a large session costs
 a core; fifty of one user's made another's download wait half a minute). They are not
 counted by session: a client fetches a run's files at once. A download (or a file's stat or
 removal) whose file only a listing finds takes a listing's slot for it too (`listing_slot`).
+
+A named service key (service_keys.py) may bound its own runs besides: so many in flight at
+once, so many started a minute, counted by this process (a replica of several counts its own).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
-from collections import Counter
+import time
+from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from ..errors import RateLimited
 from ..sandbox.port import SESSION_CALLS
+from ..service_keys import ServiceKey
+from ..telemetry import calls
 
 T = TypeVar("T")
 # Memory the service keeps for itself before it counts runs' memory.
@@ -98,11 +105,53 @@ class Shares:
                 f"this user has {held} {kind}s in flight, its share of the {self.slots} {kind} slots while"
                 " others may need them; try again shortly",
                 retry_after=_RETRY_SECONDS,
+                reason="share",
             )
         if named and self._sessions[named] >= SESSION_CALLS:
-            raise RateLimited(f"this session has {SESSION_CALLS} {kind}s in flight already", retry_after=_RETRY_SECONDS)
+            said = f"this session has {SESSION_CALLS} {kind}s in flight already"
+            raise RateLimited(said, retry_after=_RETRY_SECONDS, reason="session")
         if self._users.total() >= self._most:
-            raise RateLimited(f"all {self.slots} {kind} slots are taken; try again shortly", retry_after=_RETRY_SECONDS)
+            raise RateLimited(
+                f"all {self.slots} {kind} slots are taken; try again shortly", retry_after=_RETRY_SECONDS, reason="full"
+            )
+
+
+class KeyLimits:
+    """The runs of each named key that bounds its own: in flight, and started in the last minute."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._in_flight: Counter[str] = Counter()
+        self._started: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def enter(self, key: ServiceKey) -> Callable[[], None]:
+        """Count a run in, or RateLimited; returns what counts it out."""
+        with self._lock:
+            if key.runs_at_once is not None and self._in_flight[key.name] >= key.runs_at_once:
+                said = f"the service key '{key.name}' has {key.runs_at_once} runs in flight, all it may"
+                raise RateLimited(said, retry_after=_RETRY_SECONDS, reason="key_runs")
+            if key.runs_per_minute is not None:
+                self._within_rate(key)
+            self._in_flight[key.name] += 1
+
+        def leave() -> None:
+            with self._lock:
+                self._in_flight -= Counter({key.name: 1})
+
+        return leave
+
+    def _within_rate(self, key: ServiceKey) -> None:
+        assert key.runs_per_minute is not None
+        now = self._clock()
+        started = self._started.setdefault(key.name, deque())
+        while started and started[0] <= now - 60:
+            started.popleft()
+        if len(started) >= key.runs_per_minute:
+            wait = math.ceil(started[0] + 60 - now)
+            said = f"the service key '{key.name}' started {key.runs_per_minute} runs in the last minute, all it may"
+            raise RateLimited(said, retry_after=max(1, wait), reason="key_rate")
+        started.append(now)
 
 
 class Admission:
@@ -113,27 +162,31 @@ class Admission:
         self._run_slots = threading.BoundedSemaphore(runs)
         self._run_threads = ThreadPoolExecutor(max_workers=2 * runs, thread_name_prefix="run")
         self._uploads = Shares("upload", uploads, most=uploads)
+        self._keys = KeyLimits()
         self._reads = {
             "listing": Shares("listing", LISTINGS, most=LISTINGS),
             "download": Shares("download", DOWNLOADS, most=DOWNLOADS),
         }
 
-    def start_run(self, user: Hashable, work: Callable[[], T]) -> Future[T]:
-        """Start a run in a thread of its own, or RateLimited past the caller's share."""
-        leave = self._run_calls.enter(user, None)
-        try:
-            future = self._run_threads.submit(work)
-        except BaseException:
-            leave()
-            raise
-        future.add_done_callback(lambda _: leave())
+    def start_run(self, user: Hashable, work: Callable[[], T], key: ServiceKey | None = None) -> Future[T]:
+        """Start a run in a thread of its own, or RateLimited past the caller's share or its
+        key's limits."""
+        with contextlib.ExitStack() as counted:
+            counted.callback(self._run_calls.enter(user, None))
+            if key is not None:
+                counted.callback(self._keys.enter(key))
+            future = self._run_threads.submit(calls.carried(work))
+            leave = counted.pop_all()  # counted out when the run ends, not now
+        future.add_done_callback(lambda _: leave.close())
         return future
 
     @contextlib.contextmanager
     def run_slot(self) -> Iterator[None]:
         """One of the run slots, for a run that holds its session now."""
         if not self._run_slots.acquire(blocking=False):
-            raise RateLimited(f"all {self.runs} run slots are taken; try again shortly", retry_after=_RETRY_SECONDS)
+            raise RateLimited(
+                f"all {self.runs} run slots are taken; try again shortly", retry_after=_RETRY_SECONDS, reason="full"
+            )
         try:
             yield
         finally:

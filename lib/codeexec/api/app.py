@@ -7,7 +7,8 @@ malformed body, an unknown route) are mapped beside it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -16,60 +17,32 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from ..answers import error_handlers, error_response
-from ..auth import make_authenticator
 from ..errors import BadRequest
-from ..large_files import LargeFiles
-from ..programmatic import Programs, Tokens
-from ..sandbox import make_sandboxes
-from ..sandbox.port import Sandboxes
-from ..sessions import SessionLimits, Sessions
-from ..settings import Settings, get_settings
-from .admission import Admission, default_runs
-from .dependencies import Service
+from ..telemetry.edge import Observed
 from .gate import Gate
-from .routers import execute, files, health, programmatic
+from .routers import admin, execute, files, health, programmatic
+from .service import Service
 
 
-def create_app(
-    settings: Settings | None = None,
-    sandboxes: Sandboxes | None = None,
-    api_key: Callable[[], str | None] | None = None,
-) -> FastAPI:
-    settings = settings or get_settings()
-    if api_key is None:
-        secret = settings.code_exec_api_key
-        api_key = lambda: secret.get_secret_value() if secret else None  # noqa: E731
-    limits = SessionLimits(
-        run_timeout_seconds=settings.run_timeout_seconds,
-        max_files_per_run=settings.max_files_per_run,
-        max_upload_bytes=settings.max_upload_bytes,
-    )
-    large_files = None
-    if settings.large_files_bucket:
-        large_files = LargeFiles(settings.large_files_bucket, settings.large_files_from_bytes)
-    runs = settings.max_concurrent_runs or default_runs(settings.run_memory_bytes)
-    admission = Admission(runs, settings.max_concurrent_uploads)
-    backend = sandboxes or make_sandboxes(settings)
-    sessions = Sessions(backend, limits, large_files, admission.run_slot, admission.listing_slot)
-    programs = Programs(sessions, Tokens(_token_secret(settings, api_key)))
-    app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None)
-    app.state.service = Service(settings, sessions, programs, make_authenticator(settings, api_key), admission)
-    for module in (health, execute, programmatic, files):
+def create_app(service: Service) -> FastAPI:
+    """The API over `service`, which the app's lifespan starts and closes (a server that
+    runs the lifespan, as uvicorn does, closes it as it stops)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        with service:
+            yield
+
+    app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.service = service
+    for module in (health, execute, programmatic, files, admin):
         app.include_router(module.router)
     app.add_middleware(Gate)
+    app.add_middleware(Observed, telemetry=service.telemetry)  # outermost: it sees every call
     handlers = {**error_handlers(), RequestValidationError: _validation_error, HTTPException: _http_error}
     for kind, handler in (handlers | {ClientDisconnect: _client_left}).items():
         app.add_exception_handler(kind, handler)
     return app
-
-
-def _token_secret(settings: Settings, api_key: Callable[[], str | None]) -> Callable[[], bytes | None]:
-    def secret() -> bytes | None:
-        configured = settings.code_exec_token_secret
-        key = configured.get_secret_value() if configured else api_key()
-        return key.encode() if key else None
-
-    return secret
 
 
 def _validation_error(request: Request, exc: Exception) -> JSONResponse:

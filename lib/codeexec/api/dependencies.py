@@ -1,31 +1,18 @@
-"""What every route may ask for: the service built once per process, and the caller.
+"""What every route may ask for: the process's service (service.py), and the caller.
 
 Routers import this module, never the app (FastAPI's "bigger applications" layout).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 
-from ..auth import Authenticator, Caller
-from ..programmatic import Programs
-from ..sessions import Sessions
-from ..settings import Settings
-from .admission import Admission
+from ..auth import Caller
+from .service import Service
 
-
-@dataclass(frozen=True)
-class Service:
-    """What a request needs, built once per process (a Lambda cold start pays it once)."""
-
-    settings: Settings
-    sessions: Sessions
-    programs: Programs
-    auth: Authenticator
-    admission: Admission
+__all__ = ["CallerDep", "Service", "ServiceDep"]
 
 
 # The dependencies are async because they do no I/O: FastAPI would run a sync one in the

@@ -13,9 +13,15 @@ average. A stalled client holds no slot and no thread for long.
 A connection is kept alive between requests only for a caller with credentials: the
 answer to a call without them (/health, or a refusal) closes it, so that no one without a
 key can hold idle connections, and their descriptors, open.
+
+The operator's console (/admin) has a key of its own (CODE_EXEC_ADMIN_KEY, X-Admin-Key): the
+service key opens nothing there. Its page and its scripts carry no data and need no key (a
+browser loads them before the operator gives it); its API does. Unset, all of it is a 404.
 """
 
 from __future__ import annotations
+
+import hmac
 
 import anyio
 from fastapi.concurrency import run_in_threadpool
@@ -23,11 +29,16 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..answers import error_response
-from ..errors import RequestTimeout, ServiceError, TooLarge
+from ..auth import Caller
+from ..errors import BadRequest, NotFound, RequestTimeout, ServiceError, TooLarge, Unauthorized
+from ..telemetry import calls
 from .dependencies import Service
 
 # Paths anyone may call: they say whether the service answers and what it accepts.
 OPEN_PATHS = frozenset({"/health", "/v1/health"})
+ADMIN_PATH = "/admin"
+ADMIN_API_PATH = "/admin/api/"
+ADMIN_KEY_HEADER = "x-admin-key"
 UPLOAD_PREFIX = "/v1/upload"
 # Room for the multipart framing around an upload's file.
 FRAMING_BYTES = 65_536
@@ -47,6 +58,8 @@ class Gate:
         if scope["path"] in OPEN_PATHS:
             return await self.app(scope, receive, _closing(send))
         service: Service = scope["app"].state.service
+        if scope["path"] == ADMIN_PATH or scope["path"].startswith(ADMIN_PATH + "/"):
+            return await _admin(self.app, service, scope, receive, send)
         headers = Headers(scope=scope)
         try:
             scope.setdefault("state", {})["caller"] = await _caller(service, headers)
@@ -57,6 +70,26 @@ class Gate:
             response = error_response(refused)
             return await response(scope, receive, _closing(send))
         await _bounded(self.app, scope, receive, send, limit)
+
+
+async def _admin(app: ASGIApp, service: Service, scope: Scope, receive: Receive, send: Send) -> None:
+    key = service.settings.code_exec_admin_key
+    headers = Headers(scope=scope)
+    refused: ServiceError | None = None
+    if key is None:
+        refused = NotFound("there is no console here (CODE_EXEC_ADMIN_KEY is not set)")
+    elif scope["path"].startswith(ADMIN_API_PATH) and not _admin_key_matches(key.get_secret_value(), headers):
+        refused = Unauthorized("missing or wrong X-Admin-Key", reason="admin_key")
+    elif int(headers.get("content-length") or 0) or "transfer-encoding" in headers:
+        refused = BadRequest("the console takes no request body")
+    if refused is not None:
+        return await error_response(refused)(scope, receive, _closing(send))
+    await app(scope, receive, _closing(send))
+
+
+def _admin_key_matches(expected: str, headers: Headers) -> bool:
+    given = headers.get(ADMIN_KEY_HEADER, "")
+    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
 
 
 def _closing(send: Send) -> Send:
@@ -70,10 +103,13 @@ def _closing(send: Send) -> Send:
     return closing
 
 
-async def _caller(service: Service, headers: Headers) -> object:
+async def _caller(service: Service, headers: Headers) -> Caller:
     if "authorization" in headers:  # verifying a token may fetch the key set
-        return await run_in_threadpool(service.auth.caller, headers)
-    return service.auth.caller(headers)
+        caller = await run_in_threadpool(service.auth.caller, headers)
+    else:
+        caller = service.auth.caller(headers)
+    calls.note_key(caller.key.name if caller.key else None)
+    return caller
 
 
 def _too_large(service: Service, path: str, limit: int) -> TooLarge:

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from ..auth import Caller
 from ..errors import ServiceError
 from ..sessions.access import run_key
+from ..telemetry import calls
 
 PROFILE_HEADER = "x-codeapi-expected-profile"
 REQUEST_ID_HEADER = "x-librechat-code-request-id"
@@ -56,6 +57,7 @@ async def _spaces_then(waiting: asyncio.Future[Reply], keepalive: float) -> Asyn
     try:
         yield _json(waiting.result())
     except ServiceError as failed:
+        calls.note_refused(failed.reason or failed.error)
         yield json.dumps(failed.body()).encode()
 
 

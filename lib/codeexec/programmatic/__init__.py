@@ -112,7 +112,7 @@ class Programs:
         limit = self.sessions.limits.run_timeout_seconds
         program, nonce = workflow.next_round(min(asked_for or limit, limit), run_key)
         keep = Keep(workflow.id, workflow.record(), replaces)
-        ran = self.sessions.run(Run(program, where, wanted, keep))
+        ran = self.sessions.run(caller, Run(program, where, wanted, keep))
         asked = workflow.asked(ran.result, nonce)
         if asked is None:
             return Finished(self.sessions.report(ran, request, where), _failure(ran.result))

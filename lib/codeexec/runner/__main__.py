@@ -15,14 +15,15 @@ import os
 
 from .. import serving
 from ..settings import Settings
+from ..telemetry import logs
 from .app import create_runner_app
 from .build import build_runner
 from .container import prepare
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = Settings()
+    logs.configure(settings.log_format, settings.log_level)
     prepare()  # in a container: what its engine masked or made read-only, before any sandbox
     runner = build_runner(settings)
     if runner.key is None:
@@ -30,8 +31,8 @@ def main() -> None:
         logging.getLogger("codeexec.runner").warning("RUNNER_KEY is not set: every call will be refused")
     host = os.environ.get("RUNNER_HOST", "127.0.0.1")
     port = int(os.environ.get("RUNNER_PORT", "8080"))
-    serving.start_reaper(runner.sandboxes, settings)
-    servers = [serving.server(create_runner_app(runner), host, port)]
+    app, metrics_port = create_runner_app(runner), settings.runner_metrics_port
+    servers = serving.with_metrics(app, runner.telemetry, host, port, metrics_port)
     hook_port = os.environ.get("RUNNER_HOOK_PORT")
     if hook_port:  # in a MicroVM: AWS's lifecycle hooks; its key arrives with the run hook
         from .hooks import create_hook_app

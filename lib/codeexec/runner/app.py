@@ -25,8 +25,9 @@ import io
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, BinaryIO, TypeVar, cast
 
 from starlette.applications import Starlette
@@ -39,24 +40,51 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..answers import error_handlers, error_response
 from ..errors import BadRequest, ServiceError, SessionNotFound, Unauthorized
+from ..reaper import ReapReport, reap
 from ..sandbox.local import LocalSandboxes
 from ..sandbox.port import Access, Carried, Input
 from ..sandbox.runner import protocol
 from ..streams import request_body
+from ..telemetry import Telemetry, calls
+from ..telemetry.edge import Observed
+from ..timers import Every
 
 T = TypeVar("T")
 log = logging.getLogger("codeexec.runner")
 
 
 class Runner:
-    """The runner's state: the backend, its key, and the runs it has under way (its load,
-    which a fleet's service places new sessions by)."""
+    """The runner process's owner: the backend, its key, the runs it has under way (its
+    load, which a fleet's service places new sessions by) and its reaper's timer, started
+    and closed by the app's lifespan as the service's are (api/service.py)."""
 
-    def __init__(self, sandboxes: LocalSandboxes, key: str | None) -> None:
+    def __init__(self, sandboxes: LocalSandboxes, key: str | None, idle_timeout: float, reap_interval: float) -> None:
         self.sandboxes = sandboxes
         self.key = key  # settable: a MicroVM learns its key from its run hook
         self.runs = 0
         self._runs_lock = threading.Lock()
+        self._idle_timeout = idle_timeout
+        self._reaper = Every(reap_interval, self.reap, "reaper")
+        self.telemetry = Telemetry.for_server("runner", sandboxes.hosts)
+
+    def start(self) -> Runner:
+        self._reaper.start()
+        return self
+
+    def reap(self) -> ReapReport:
+        report = reap(self.sandboxes, self._idle_timeout)
+        self.telemetry.reaped(report)
+        return report
+
+    def close(self) -> None:
+        self._reaper.stop()
+        self.sandboxes.close()
+
+    def __enter__(self) -> Runner:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -84,16 +112,25 @@ class KeyRequired:
         if scope["type"] == "http" and scope["path"] != protocol.HEALTH.path:
             presented = dict(scope["headers"]).get(protocol.KEY_HEADER.lower().encode())
             if not self.runner.authorized(presented.decode("latin-1") if presented else None):
-                await error_response(Unauthorized("missing or wrong runner key"))(scope, receive, send)
+                refused = Unauthorized("missing or wrong runner key", reason="runner_key")
+                await error_response(refused)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
 def create_runner_app(runner: Runner) -> Starlette:
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        with runner:
+            yield
+
     app = Starlette(
         routes=[Route(route.path, _HANDLERS[route], methods=[route.method]) for route in protocol.ROUTES],
-        middleware=[Middleware(KeyRequired, runner=runner)],
+        # Observed outermost: it sees every call, those without the key as well.
+        middleware=[Middleware(Observed, telemetry=runner.telemetry), Middleware(KeyRequired, runner=runner)],
         exception_handlers=dict(error_handlers()),
+        lifespan=lifespan,
     )
     app.state.runner = runner
     return app
@@ -117,13 +154,17 @@ def _file_id(request: Request) -> str:
 
 async def _health(request: Request) -> Response:
     runner, sandboxes = _runner(request), _sandboxes(request)
+    [host] = sandboxes.hosts()
     return JSONResponse(
         {
             "languages": sorted(sandboxes.languages),
             "named_sessions": sandboxes.named_sessions,
             "index": sandboxes.runner_index,
             "runs": runner.runs,
-            "sessions": sandboxes.session_count(),
+            "sessions": host.sessions,
+            "bytes_used": host.bytes_used,
+            "bytes_limit": host.bytes_limit,
+            "pools": {kind: asdict(pool) for kind, pool in host.pools.items()},
         }
     )
 
@@ -166,8 +207,14 @@ async def _run(request: Request) -> Response:
         if spec is None:
             raise BadRequest("a run starts with its JSON frame")
         carried = (Carried(int(h["index"]), str(h["found"]), bool(h["read_only"]), reader) for h, reader in frames)
+        run = protocol.run_of(spec)
+        calls.note_lang(run.program.lang)
+        started = time.perf_counter()
         with runner.running():
-            return protocol.ran_json(runner.sandboxes.execute(protocol.run_of(spec), carried))
+            ran = runner.sandboxes.execute(run, carried)
+        calls.note_session(ran.session_id, run.placement.access.owner)
+        calls.note_run(run.program.lang, ran.result, time.perf_counter() - started)
+        return protocol.ran_json(ran)
 
     return await _answer(*_with_body(request, run))
 
@@ -252,6 +299,27 @@ async def _record(request: Request) -> Response:
     return await _answer(record)
 
 
+async def _report(request: Request) -> Response:
+    """What the console shows of this runner, asked once per refresh while it is open."""
+    runner = _runner(request)
+    history = runner.telemetry.history
+
+    def report() -> dict[str, Any]:
+        [made] = runner.sandboxes.reports()
+        return protocol.report_json(replace(made, history=history.summary() if history else None))
+
+    return await _answer(report)
+
+
+async def _usage(request: Request) -> Response:
+    """What each owner holds here, as changed since the caller last asked (a fleet's quotas)."""
+    since = request.query_params.get("since", "0")
+    if not since.isdigit():
+        raise BadRequest("since is a pass number")
+    changes = _sandboxes(request).usage.changes(request.query_params.get("epoch", ""), int(since))
+    return JSONResponse(changes)
+
+
 _HANDLERS = {
     protocol.HEALTH: _health,
     protocol.LEASE: _lease,
@@ -265,6 +333,8 @@ _HANDLERS = {
     protocol.STAT: _stat,
     protocol.READS: _read_inputs,
     protocol.RECORD: _record,
+    protocol.REPORT: _report,
+    protocol.USAGE: _usage,
 }
 
 
@@ -338,6 +408,7 @@ async def _beating(task: asyncio.Future[Any]) -> AsyncIterator[bytes]:
     try:
         answer = task.result()
     except ServiceError as exc:
+        calls.note_refused(exc.reason or exc.error)
         answer = protocol.late_error_json(exc.status, exc.body())
     except Exception:
         log.exception("a late answer failed")

@@ -76,6 +76,7 @@ def _runner(settings: Settings) -> Sandboxes:
             settings.run_timeout_seconds,
             routed=bool(fleet),
             connect_seconds=settings.runner_connect_timeout_seconds,
+            quotas=bool(settings.max_user_bytes or settings.max_tenant_bytes or settings.code_exec_api_keys_file),
         )
     )
 

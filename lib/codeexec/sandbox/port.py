@@ -35,9 +35,9 @@ import base64
 import contextlib
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, BinaryIO
 
@@ -108,11 +108,26 @@ class Access:
 
 
 @dataclass(frozen=True)
+class Quota:
+    """How much the access's owner may hold in all, on every host together: its user's
+    limit and its organization's (0: none), and what each already holds on OTHER hosts (a
+    fleet's caller adds them up; one host has no others). The host holding the session adds
+    what its own sessions hold, refuses a call past either limit, and holds the session's
+    writes to what is left (a run that writes past it finds its disk full)."""
+
+    user_bytes: int = 0
+    org_bytes: int = 0
+    user_elsewhere: int = 0
+    org_elsewhere: int = 0
+
+
+@dataclass(frozen=True)
 class Placement:
     """Where a call's session is, as data, so that the backend decides in the one request:
     the NAMED session (opened, else made with that id: the stateful profile's), else the
     first of the CANDIDATES the access admits, else, when `new` allows, a new session of
-    the access's owner (shared or read-only as said)."""
+    the access's owner (shared or read-only as said). What is written there is held to the
+    owner's `quota`, when it has one."""
 
     access: Access
     candidates: tuple[str, ...] = ()
@@ -120,6 +135,7 @@ class Placement:
     new: bool = True
     shared: bool = False
     read_only: bool = False
+    quota: Quota | None = None
 
 
 # -- leases and files ------------------------------------------------------------------------
@@ -214,6 +230,10 @@ class RunResult:
     stderr: str
     exit_code: int | None  # None when the run was stopped
     hits: tuple[LimitHit, ...] = ()
+    # How it was launched, for the metrics: forked from a warm server, or cold; None where
+    # the backend does not say (AgentCore).
+    warm: bool | None = None
+    seconds: float | None = None  # how long the program ran, where the backend measured it
 
     @property
     def stdout_cut(self) -> bool:
@@ -334,6 +354,42 @@ RunSlot = Callable[[], AbstractContextManager[None]]
 SESSION_CALLS = 3
 
 
+@dataclass(frozen=True)
+class PoolLoad:
+    """One kind of warm server's pool: runs made ahead ready now, and the runs that wanted
+    that kind, served warm (hits) or launched cold (misses), since the process started."""
+
+    ready: int
+    hits: int
+    misses: int
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """What one host of sandboxes holds now, as it last said, for the metrics and the
+    console: the `local` backend's own host, or each runner of a fleet."""
+
+    name: str  # "local", or a runner's index
+    state: str  # up, down, or refused (a runner claiming another index)
+    runs: int = 0  # under way
+    sessions: int = 0
+    bytes_used: int = 0  # of its sessions' disk
+    bytes_limit: int = 0  # that disk's size
+    pools: Mapping[str, PoolLoad] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HostReport:
+    """What the operator's console shows of one host: its load; who holds most on it (JSON:
+    the local backend's usage.py `top`); and, a runner's, its last hour (JSON: telemetry's
+    history.py). None where the host did not answer, or, for the last hour, where it is the
+    asking process's own."""
+
+    load: HostLoad
+    usage: Mapping[str, Any] | None = None
+    history: Mapping[str, Any] | None = None
+
+
 class Sandboxes(ABC):
     """A sandbox backend: the coarse operations a route needs, one request each on a
     remote backend, and the reaper's. Backends set `languages` and `named_sessions`."""
@@ -359,6 +415,16 @@ class Sandboxes(ABC):
         """Let go of what the backend holds besides its sandboxes (warm servers, connections),
         as the service stops; a backend that holds nothing has nothing to do."""
         return None
+
+    def hosts(self) -> list[HostLoad]:
+        """What each host of this backend's sandboxes holds now, from what the backend knows
+        already (a scrape never walks a disk); a backend of cloud sandboxes has none to tell."""
+        return []
+
+    def reports(self) -> list[HostReport]:
+        """What the console shows of each host: one request to each of a fleet's runners,
+        asked only while someone has the console open."""
+        return [HostReport(load) for load in self.hosts()]
 
     # -- coarse operations ------------------------------------------------------------------
 

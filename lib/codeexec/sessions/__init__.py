@@ -14,6 +14,7 @@ one. Programmatic tool calling composes these same pieces (codeexec.programmatic
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -24,7 +25,8 @@ from ..auth import Caller
 from ..errors import BadRequest, FileNotFound, ListingNeeded
 from ..languages import canonical
 from ..large_files import LargeFiles
-from ..sandbox.port import FileInfo, Placement, Program, Ran, Run, RunSlot, Sandboxes, SendTo
+from ..sandbox.port import FileInfo, Placement, Program, Quota, Ran, Run, RunSlot, Sandboxes, SendTo
+from ..telemetry import calls
 from ..wire import ExecRequest, RunRequest
 from . import inputs, outputs, placement
 from .access import changing, reading, run_key
@@ -42,6 +44,15 @@ class SessionLimits:
     run_timeout_seconds: float
     max_files_per_run: int  # files listed in one exec reply
     max_upload_bytes: int  # one uploaded file
+    max_user_bytes: int = 0  # all of a user's sessions together, on every host (0: no quota)
+    max_tenant_bytes: int = 0  # all of an organization's
+
+    def quota(self, caller: Caller) -> Quota | None:
+        """The caller's storage quota: its user's, and its organization's (a named key's
+        `stored_bytes` where it has one)."""
+        key = caller.key
+        tenant = key.stored_bytes if key is not None and key.stored_bytes is not None else self.max_tenant_bytes
+        return Quota(self.max_user_bytes, tenant) if self.max_user_bytes or tenant else None
 
     def run_timeout(self, asked_ms: float | None) -> float:
         """The seconds a run may take: what the client asked (in milliseconds), never more
@@ -86,12 +97,14 @@ class Sessions:
     # -- reads --------------------------------------------------------------------------
 
     def list_files(self, caller: Caller, session_id: str) -> list[FileInfo]:
+        calls.note_session(session_id, caller.owner.tag())
         return self.sandboxes.list_files(session_id, reading(caller))
 
     def download(self, caller: Caller, session_id: str, file_id: str) -> Download:
         """The file's bytes, or, when it is large and a bucket is configured, the file put
         in the bucket: by the sandbox itself where its backend can send files (the bytes
         then never pass through here), else from here."""
+        calls.note_session(session_id, caller.owner.tag())
         large = self.large_files
         key = large.new_key() if large else None
         send_to = SendTo(large.put_url(key), large.from_bytes) if large and key else None
@@ -108,6 +121,7 @@ class Sessions:
         return Download(opened.info, key=key)
 
     def stat(self, caller: Caller, session_id: str, file_id: str) -> FileInfo:
+        calls.note_session(session_id, caller.owner.tag())
         access = reading(caller)
         return self._by_id(
             caller, session_id, file_id, lambda found: self.sandboxes.stat_file(session_id, access, found)
@@ -135,6 +149,7 @@ class Sessions:
 
     def remove(self, caller: Caller, session_id: str, file_id: str) -> str:
         """Remove one file; returns its path."""
+        calls.note_session(session_id, caller.owner.tag())
         access = changing(caller)
         return self._by_id(
             caller, session_id, file_id, lambda found: self.sandboxes.remove_file(session_id, access, found)
@@ -164,11 +179,14 @@ class Sessions:
             if not paths:
                 raise BadRequest("the upload has no file")
 
+        quota = self.limits.quota(caller)
         if session_id:
-            where = Placement(changing(caller), (session_id,), new=False)
+            where = Placement(changing(caller), (session_id,), new=False, quota=quota)
         else:
-            where = Placement(changing(caller), shared=terms.shared, read_only=terms.read_only)
-        return self.sandboxes.write_files(where, named(), self.limits.max_upload_bytes), paths
+            where = Placement(changing(caller), shared=terms.shared, read_only=terms.read_only, quota=quota)
+        session = self.sandboxes.write_files(where, named(), self.limits.max_upload_bytes)
+        calls.note_session(session, caller.owner.tag())
+        return session, paths
 
     def execute(
         self, caller: Caller, request: ExecRequest, stateful: bool = False, run_key: str | None = None
@@ -179,12 +197,18 @@ class Sessions:
         program = Program(lang, request.code, tuple(request.args), timeout, run_key)
         self.sandboxes.check_language(request.lang)
         where = placement.for_run(caller, request, stateful, self.sandboxes.named_sessions)
-        ran = self.run(Run(program, where, inputs.of(request.files)))
+        ran = self.run(caller, Run(program, where, inputs.of(request.files)))
         return self.report(ran, request, where)
 
-    def run(self, run: Run) -> Ran:
-        """A run through the port, in one of the service's run slots."""
-        return self.sandboxes.execute(run, slot=self.run_slot)
+    def run(self, caller: Caller, run: Run) -> Ran:
+        """A run through the port, in one of the service's run slots, its writes held to the
+        caller's quota."""
+        started = time.perf_counter()
+        run = replace(run, placement=replace(run.placement, quota=self.limits.quota(caller)))
+        ran = self.sandboxes.execute(run, slot=self.run_slot)
+        calls.note_session(ran.session_id, run.placement.access.owner)
+        calls.note_run(run.program.lang, ran.result, time.perf_counter() - started)
+        return ran
 
     def report(self, ran: Ran, request: RunRequest, where: Placement) -> Report:
         """The domain's answer to a run: what it wrote, what it said, and the notes on its

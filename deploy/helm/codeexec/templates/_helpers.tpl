@@ -65,14 +65,48 @@ app.kubernetes.io/component: runner
 {{- default (include "codeexec.fullname" .) .Values.secrets.existingSecret }}
 {{- end }}
 
-{{/* An environment variable from that Secret: (list . "VAR" "keyName"). */}}
-{{- define "codeexec.secretEnv" -}}
-{{- $root := index . 0 -}}
-- name: {{ index . 1 }}
+{{/* The keys a container gets from that Secret: (list . (list "SETTING" "keyName") ...).
+With secrets.asFiles, files named after the settings in a volume the settings read
+(SECRETS_DIR); else an environment variable each. */}}
+{{- define "codeexec.keyEnv" -}}
+{{- $root := first . -}}
+{{- if $root.Values.secrets.asFiles }}
+- name: SECRETS_DIR
+  value: /run/secrets/codeexec
+{{- else }}
+{{- range rest . }}
+- name: {{ index . 0 }}
   valueFrom:
     secretKeyRef:
       name: {{ include "codeexec.secretName" $root }}
-      key: {{ index $root.Values.secrets.keys (index . 2) }}
+      key: {{ index $root.Values.secrets.keys (index . 1) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "codeexec.keyMount" -}}
+{{- if .Values.secrets.asFiles }}
+- name: keys
+  mountPath: /run/secrets/codeexec
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The volume of those files: only the keys this container is given. Readable by any uid
+of the container (the service runs as 65534): each container runs one program. */}}
+{{- define "codeexec.keyVolume" -}}
+{{- $root := first . -}}
+{{- if $root.Values.secrets.asFiles }}
+- name: keys
+  secret:
+    secretName: {{ include "codeexec.secretName" $root }}
+    defaultMode: 0444
+    items:
+      {{- range rest . }}
+      - key: {{ index $root.Values.secrets.keys (index . 1) }}
+        path: {{ index . 0 }}
+      {{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Each runner's address, {i} its ordinal: the headless Service's DNS name for the pod. */}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from ...telemetry import calls
 from ...wire import ExecRequest
 from ..dependencies import CallerDep, ServiceDep
 from ..replies import exec_reply
@@ -17,8 +18,9 @@ router = APIRouter()
 
 @router.post(EXEC_PATH)
 async def execute(body: ExecRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
+    calls.note_lang(body.lang)
     profile, key = stateful(request), cancel_key(request, caller)
     caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
     work = lambda: exec_reply(service.sessions.execute(caller, body, profile, key), body.lang)  # noqa: E731
-    run = service.admission.start_run(caller.owner.tag(), work)
+    run = service.admission.start_run(caller.owner.tag(), work, caller.key)
     return await answer(run, service.settings.exec_keepalive_seconds)

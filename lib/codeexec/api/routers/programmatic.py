@@ -35,12 +35,11 @@ async def programmatic(body: ProgrammaticRequest, request: Request, service: Ser
         # The bash tool's attached workspace: a session of its own per user, as a hint's.
         body.runtime_session_hint, profile = f"workspace:{workspace}", True
     programs, user = service.programs, caller.owner.tag()
-    if body.continuation_token:  # its session is in the token, known once it verifies
+    if body.continuation_token:
         work = lambda: programmatic_reply(programs.resume(caller, body, key))  # noqa: E731
-        run = service.admission.start_run(user, work)
     else:
         work = lambda: programmatic_reply(programs.start(caller, body, profile, key))  # noqa: E731
-        run = service.admission.start_run(user, work)
+    run = service.admission.start_run(user, work, caller.key)
     return await answer(run, service.settings.exec_keepalive_seconds)
 
 

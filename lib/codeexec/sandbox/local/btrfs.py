@@ -43,6 +43,7 @@ _SEARCH_HEADER = struct.Struct("3Q2I")  # struct btrfs_ioctl_search_header: tran
 _U64_MAX = (1 << 64) - 1
 _QUOTA_CTL = _ioc(_READ | _WRITE, 40, 16)  # struct btrfs_ioctl_quota_ctl_args: __u64 cmd, status
 _QGROUP_LIMIT = _ioc(_READ, 43, 48)  # qgroupid, then struct btrfs_qgroup_limit (5 x __u64)
+_FS_INFO = _ioc(_READ, 31, 1024)  # struct btrfs_ioctl_fs_info_args: max_id, num_devices, fsid[16], ...
 _QUOTA_ENABLE = 1
 _LIMIT_MAX_REFERENCED = 1
 FICLONE = 0x40049409
@@ -71,19 +72,51 @@ def enable_quotas(path: str) -> None:
         os.close(fd)
 
 
-def create_subvolume(parent_fd: int, name: str, max_bytes: int) -> None:
+def create_subvolume(parent_fd: int, name: str, max_bytes: int | None) -> None:
     """Make `name` under the directory `parent_fd` a new subvolume that may hold at most
-    `max_bytes`, data and metadata together."""
+    `max_bytes`, data and metadata together (None: no limit of its own)."""
     fcntl.ioctl(parent_fd, _SUBVOL_CREATE, _vol_args(name))
+    if max_bytes is None:
+        return
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
     try:
-        # qgroupid 0: the subvolume's own quota group.
-        fcntl.ioctl(fd, _QGROUP_LIMIT, struct.pack("6Q", 0, _LIMIT_MAX_REFERENCED, max_bytes, 0, 0, 0))
+        limit(fd, max_bytes)
     except OSError:
         os.close(fd)
         destroy_subvolume(parent_fd, name)
         raise
     os.close(fd)
+
+
+def limit(fd: int, max_bytes: int) -> None:
+    """Hold the subvolume the open directory `fd` is the top of to `max_bytes` from now on."""
+    # qgroupid 0: the subvolume's own quota group.
+    fcntl.ioctl(fd, _QGROUP_LIMIT, struct.pack("6Q", 0, _LIMIT_MAX_REFERENCED, max_bytes, 0, 0, 0))
+
+
+def subvolume_id(fd: int) -> int:
+    """The id of the subvolume the open directory `fd` is in (its quota group is 0/<id>)."""
+    return _subvolume_id(fd)
+
+
+def filesystem_id(fd: int) -> str:
+    """The filesystem's UUID, which names it under /sys/fs/btrfs."""
+    args = bytearray(1024)
+    fcntl.ioctl(fd, _FS_INFO, args)
+    raw = bytes(args[16:32]).hex()
+    return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+
+
+def held(filesystem: str, subvolume: int) -> int:
+    """The bytes the subvolume's quota group holds now, as its limit counts them: those
+    accounted at the last commit and those written since (reserved until the next), the
+    kernel's own figures, from sysfs."""
+    group = f"/sys/fs/btrfs/{filesystem}/qgroups/0_{subvolume}"
+    total = 0
+    for figure in ("referenced", "rsv_data"):
+        with open(f"{group}/{figure}", "rb") as counted:
+            total += int(counted.read())
+    return total
 
 
 def destroy_subvolume(parent_fd: int, name: str) -> None:

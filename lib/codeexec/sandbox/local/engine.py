@@ -39,6 +39,7 @@ from ..port import (
     Placed,
     Placement,
     Program,
+    Quota,
     Ran,
     Run,
     RunResult,
@@ -84,6 +85,10 @@ class Sandbox(Protocol):
         """Hold off every other holder of this sandbox, across processes, until exit.
         Every change to the session happens under it, so a reply names exactly the files
         its own call changed."""
+
+    def bound(self, quota: Quota) -> None:
+        """Hold what is written from now on to what the owner may still hold (port.Quota);
+        TooLarge when nothing is left."""
 
     def run(self, program: Program) -> RunResult:
         """Run the program with the artifact directory as its working directory. Its
@@ -206,6 +211,8 @@ class ComposedSandboxes(Sandboxes):
                 if counted:
                     stack.enter_context(self.turns.waiting(sandbox.id))
                 stack.enter_context(sandbox.exclusive())
+                if placement.quota is not None:
+                    sandbox.bound(placement.quota)
                 stack.enter_context(slot())
                 yield sandbox, created
             except BaseException:

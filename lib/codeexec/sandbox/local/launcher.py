@@ -9,7 +9,9 @@ The launcher owns the warm pools and closes them with the backend.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from ..port import RunResult
 from .bwrap import ColdRuns
@@ -27,8 +29,10 @@ class Launcher:
     def run(self, data_dir: str, launch: Launch, cancelled: Callable[[], bool] | None) -> RunResult:
         """`launch` over the artifact directory data_dir, warm, else cold (the two take the
         same arguments); `cancelled` is asked every 20 ms, and once it says yes the run is stopped."""
+        started = time.perf_counter()
         warm = self.warm.run(data_dir, launch, cancelled)
-        return warm if warm is not None else self.cold.run(data_dir, launch, cancelled)
+        result = warm if warm is not None else self.cold.run(data_dir, launch, cancelled)
+        return replace(result, warm=warm is not None, seconds=time.perf_counter() - started)
 
     def close(self) -> None:
         self.warm.close()

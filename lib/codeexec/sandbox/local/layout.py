@@ -25,7 +25,8 @@ CODE_DIR = "/code"
 ENVIRONMENT = "/opt/sandbox"
 PYTHON_LIBS = f"{ENVIRONMENT}/python"
 NODE_MODULES = f"{ENVIRONMENT}/node/node_modules"
-TOOLS = f"{ENVIRONMENT}/tools"  # bin/python, bin/pip, matplotlibrc (deps/tools/)
+TOOLS = f"{ENVIRONMENT}/tools"  # bin/python, bin/pip, matplotlibrc, jupyter/ (deps/tools/)
+NLTK_DATA = f"{ENVIRONMENT}/nltk"  # corpora, tokenizers, taggers NLTK reads (deps/python/nltk-data.py)
 # matplotlib's font cache, built once on the host by `make install` (fonts.py), and where
 # matplotlib looks for it inside (HOME is /tmp, so ~/.cache/matplotlib).
 FONT_CACHE = Path("/var/cache/codeexec/matplotlib")
@@ -64,6 +65,14 @@ _ENV = {
     # (tests/test_environment.py).
     "PYTHONPATH": f"{CODE_DIR}/.site:{PYTHON_LIBS}",
     "PYTHONNOUSERSITE": "1",  # as `-s`, for a `python` a script starts
+    # Where numba may write its cache, and finds the kernels compiled at install (run_site.py).
+    "NUMBA_CACHE_DIR": "/tmp/.cache/numba",
+    # NLTK's data (deps/python/nltk-data.py). Jupyter's templates and kernel spec where the
+    # locked set installed them, which nbconvert does not look in by itself, and its
+    # configuration: `--to pdf` without TeX (tools/jupyter).
+    "NLTK_DATA": NLTK_DATA,
+    "JUPYTER_PATH": f"{PYTHON_LIBS}/share/jupyter",
+    "JUPYTER_CONFIG_PATH": f"{TOOLS}/jupyter",
     # LibreOffice draws without a display; plotly's kaleido finds Debian's headless Chromium.
     "SAL_USE_VCLPLUGIN": "svp",
     "BROWSER_PATH": "/usr/bin/chromium-headless-shell",
@@ -89,12 +98,8 @@ RAM_DISKS = (("/tmp", "0755"), ("/dev/shm", "1777"))
 # What bubblewrap covers read-only in the /proc it mounts, and a warm run in its own.
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")
 
-# Found first on PYTHONPATH, so neither Debian's nor a session's own sitecustomize runs: it
-# takes itself off the path and adds the session's directory at the end, after the
-# standard library and the installed packages.
-PYTHON_SITE = b"""import sys
-sys.path[:] = [p for p in sys.path if p != "/code/.site"] + ["/mnt/data"]
-"""
+# Every run's sitecustomize (run_site.py says what it does), read once.
+PYTHON_SITE = (Path(__file__).parent / "run_site.py").read_bytes()
 
 
 def environment(limits: Limits) -> dict[str, str]:

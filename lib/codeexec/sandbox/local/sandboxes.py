@@ -28,8 +28,8 @@ rename is atomic, so a session is either whole and addressable or gone, never ha
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -37,26 +37,30 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ... import ids
-from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound
+from ... import ids, notes
+from ...errors import BackendUnavailable, BadRequest, Conflict, RateLimited, SessionNotFound, TooLarge
 from ...languages import LANGUAGES
-from ..port import FileInfo, Lease, OwnerTag, Program, RunResult
-from . import bwrap, cgroups, files, owners
+from ..port import FileInfo, HostLoad, HostReport, Lease, OwnerTag, Program, Quota, RunResult
+from . import btrfs, bwrap, cgroups, files, owners
 from .engine import ComposedSandboxes
 from .fileids import FileIds
 from .launcher import Launcher
 from .limits import Confinement, Limits
 from .storage import Storage, over_limit
 from .toolchains import TOOLCHAINS
+from .usage import UsageIndex
 
 log = logging.getLogger("codeexec.local")
 
+# What a quota leaves a session beyond its files (metadata counts in its quota group).
+_BOOKKEEPING_BYTES = 1 << 20
 _TOMBSTONE = ".ended-"
 _STAGING = "staging-"
 # A session subvolume without a whole lease (none, one torn, or no lock) this long after
@@ -103,6 +107,43 @@ class LocalSandbox:
         self._backend = backend
         self._ids = FileIds(path)
         self._holding = False  # this call holds the session's exclusive hold
+        self._quota: tuple[str, int, int] | None = None  # the quota bound to: scope, held, limit
+
+    def bound(self, quota: Quota) -> None:
+        """Hold this session's writes, from now on, to what its owner may still add to all
+        it holds (its other sessions here as the last usage pass saw them, and what the
+        caller counted on other hosts): TooLarge when nothing is left. A host whose storage
+        counts no quota groups (no CAP_SYS_ADMIN: docs/kubernetes.md) holds none."""
+        if not self._backend.storage.limited:
+            return
+        user, org = self._backend.usage.now.of(self.lease.owner)
+        left = [(scope, limit, held + elsewhere) for scope, limit, held, elsewhere in (
+            ("user", quota.user_bytes, user.bytes, quota.user_elsewhere),
+            ("tenant", quota.org_bytes, org.bytes, quota.org_elsewhere),
+        ) if limit]  # fmt: skip
+        if not left:
+            return
+        scope, limit, held = min(left, key=lambda each: each[1] - each[2])
+        if held >= limit:
+            raise TooLarge(notes.over_quota(scope, held, limit), reason=scope)
+        here = self._backend.usage.session_bytes(self.id) or 0
+        # Room beyond the files for the session's own bookkeeping (its lock's time, a
+        # record): a session held to the byte could not be touched again.
+        cap = min(self._backend.limits.max_session_bytes, here + limit - held + _BOOKKEEPING_BYTES)
+        fd = os.open(self._path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            btrfs.limit(fd, cap)
+        finally:
+            os.close(fd)
+        if cap < self._backend.limits.max_session_bytes:
+            self._quota = scope, held, limit
+
+    def _over(self, exc: OSError) -> Exception:
+        """A write's failure as the caller hears it: the quota that held it, else the session's."""
+        if exc.errno == errno.EDQUOT and self._quota is not None:
+            scope, held, limit = self._quota
+            return TooLarge(notes.over_quota(scope, held, limit), reason=scope)
+        return over_limit(exc, self._backend.limits.max_session_bytes)
 
     def write_file(self, path: str, data: BinaryIO, limit: int) -> None:
         # The session's disk limit (the kernel's quota) holds for what comes in from
@@ -112,7 +153,7 @@ class LocalSandbox:
                 files.write_beneath(self._data, path, data, limit, self._backend.sandbox_user)
                 record([path])
         except OSError as exc:
-            raise over_limit(exc, self._backend.limits.max_session_bytes) from exc
+            raise self._over(exc) from exc
 
     def write_files(self, pairs: Iterable[tuple[str, BinaryIO]], limit: int) -> None:
         # Staged beside data/, in the session's own subvolume (its quota holds), then moved in.
@@ -128,7 +169,7 @@ class LocalSandbox:
                 files.move_beneath(self._data, moves, self._backend.sandbox_user)
                 record(path for path, _, _ in moves)
         except OSError as exc:
-            raise over_limit(exc, self._backend.limits.max_session_bytes) from exc
+            raise self._over(exc) from exc
         finally:
             os.close(fd)
             shutil.rmtree(staging, ignore_errors=True)
@@ -290,6 +331,8 @@ class LocalSandboxes(ComposedSandboxes):
         self.sandbox_user = (config.sandbox_uid, config.sandbox_gid)
         self.hold_wait_seconds = config.hold_wait_seconds
         self.runner_index = config.runner_index
+        self._runs_now = 0  # runs under way in this process
+        self._runs_lock = threading.Lock()
         self.storage = Storage.prepare(
             config.root, config.limits.max_session_bytes, config.sandbox_gid, config.image_bytes
         )
@@ -299,11 +342,13 @@ class LocalSandboxes(ComposedSandboxes):
         self.languages = frozenset(lang for lang, chain in TOOLCHAINS.items() if chain.available())
         self.cgroup_parents = cgroups.detect() if config.use_cgroups else {}
         self._sweep_leftovers()
+        self.usage = UsageIndex(config.root, self._mine)  # what each owner holds here, for quotas and the console
+        self.usage.start()
         warm_sizes = {"py": config.warm_python, "scientific": config.warm_scientific, "bare": config.warm_sandboxes}
         self.launcher = Launcher(Confinement(self.limits, self.sandbox_user, self.cgroup_parents), warm_sizes)
         # The warm servers die with this process (bwrap --die-with-parent); the runs made
-        # ahead, and their cgroups, are ended by the launcher, at the latest at the exit.
-        atexit.register(self.close)
+        # ahead, and their cgroups, are ended by the launcher when the backend's owner
+        # closes it (api/service.py, runner/app.py), or swept at the next start.
 
     named_sessions = True
 
@@ -317,8 +362,8 @@ class LocalSandboxes(ComposedSandboxes):
             pass
 
     def close(self) -> None:
+        self.usage.close()
         self.launcher.close()
-        atexit.unregister(self.close)
 
     @contextlib.contextmanager
     def create(
@@ -388,22 +433,34 @@ class LocalSandboxes(ComposedSandboxes):
         if not self._run_file(_RUNS, run_key).exists() and self._too_many_cancels(run_key):
             self._sweep_cancels()
             if self._too_many_cancels(run_key):
-                raise RateLimited("too many cancels wait for runs that have not started; try again later")
+                said = "too many cancels wait for runs that have not started; try again later"
+                raise RateLimited(said, reason="cancels")
         marker.touch()
 
     @contextlib.contextmanager
     def running(self, run_key: str | None) -> Iterator[Callable[[], bool] | None]:
-        """A run in progress under `run_key`, for cancels to find; yields whether one came."""
-        if run_key is None:
-            yield None
-            return
-        entry, marker = self._run_file(_RUNS, run_key), self._run_file(_CANCELS, run_key)
-        entry.touch()
+        """A run in progress (counted), under `run_key` for cancels to find; yields whether one came."""
+        with self._counted():
+            if run_key is None:
+                yield None
+                return
+            entry, marker = self._run_file(_RUNS, run_key), self._run_file(_CANCELS, run_key)
+            entry.touch()
+            try:
+                yield marker.exists
+            finally:
+                entry.unlink(missing_ok=True)
+                marker.unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        with self._runs_lock:
+            self._runs_now += 1
         try:
-            yield marker.exists
+            yield
         finally:
-            entry.unlink(missing_ok=True)
-            marker.unlink(missing_ok=True)
+            with self._runs_lock:
+                self._runs_now -= 1
 
     def _run_file(self, kind: str, run_key: str) -> Path:
         if not ids.is_file_id(run_key):
@@ -457,7 +514,21 @@ class LocalSandboxes(ComposedSandboxes):
 
     def session_count(self) -> int:
         """How many sessions this host holds (a fleet places new ones by it)."""
-        return sum(1 for entry in os.scandir(self.root) if ids.is_session_id(entry.name))
+        return sum(1 for entry in os.scandir(self.root) if self._mine(entry.name))
+
+    def _mine(self, name: str) -> bool:
+        """Whether a name under the root is a session this host made (runners of a fleet
+        may share one root, as the tests' do: each keeps to its own)."""
+        index = self.runner_index
+        return ids.is_session_id(name) and (index is None or ids.runner_of(name) == index)
+
+    def hosts(self) -> list[HostLoad]:
+        disk = shutil.disk_usage(self.root)  # the sessions' filesystem: statfs, no walk
+        name = "local" if self.runner_index is None else str(self.runner_index)
+        return [HostLoad(name, "up", self._runs_now, self.session_count(), disk.used, disk.total)]
+
+    def reports(self) -> list[HostReport]:
+        return [HostReport(load, self.usage.now.top()) for load in self.hosts()]
 
     def leases(self) -> Iterator[Lease]:
         """Every session's lease, as the root holds them; on the way, what a crash left is

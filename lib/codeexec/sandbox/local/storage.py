@@ -13,6 +13,12 @@ SANDBOX_ROOT is a btrfs filesystem (or a directory in one) with quota groups on,
 - The root is the service's, mode 0710, group the sandbox gid: bubblewrap, running as
   the sandbox uid, can reach a session's data; no other host user can reach anything.
 
+Without CAP_SYS_ADMIN (a runner under Pod Security "baseline", docs/kubernetes.md), the
+filesystem must be given (a btrfs volume): the runner can make subvolumes, but neither turn
+quota groups on nor set their limits, nor remount the root. Then a session has no disk limit
+of its own: the filesystem's size bounds all sessions together, RLIMIT_FSIZE each file, and
+the runner says so at its start.
+
 With no such filesystem at SANDBOX_ROOT, the service (as root) makes one: a sparse image
 file beside the root, formatted btrfs and loop-mounted there. Both are made exclusively
 (mkdir, O_EXCL), closed from their first moment: in a sticky directory such as /var/tmp
@@ -40,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import BackendUnavailable, TooLarge
-from . import btrfs
+from . import btrfs, capabilities
 
 log = logging.getLogger("codeexec.storage")
 
@@ -57,6 +63,7 @@ class Storage:
     root: Path
     session_bytes: int  # each session's limit, data and metadata together
     sandbox_gid: int
+    limited: bool = True  # False: the runner may not set quota limits (no CAP_SYS_ADMIN)
 
     @classmethod
     def prepare(cls, root: Path, session_bytes: int, sandbox_gid: int, image_bytes: int = 0) -> Storage:
@@ -71,15 +78,15 @@ class Storage:
         os.chown(root, os.geteuid(), sandbox_gid)
         root.chmod(0o710)
         _mount_inert(root)
-        btrfs.enable_quotas(str(root))
+        limited = _enable_quotas(root)
         (root / _SPOOL).mkdir(mode=0o700, exist_ok=True)
-        return cls(root, session_bytes, sandbox_gid)
+        return cls(root, session_bytes, sandbox_gid, limited)
 
     def create_session(self, name: str) -> Path:
         """A new subvolume for a session, limited to `session_bytes`; FileExistsError if taken."""
         self.check_room()
         with self._root_fd() as root_fd:
-            btrfs.create_subvolume(root_fd, name, self.session_bytes)
+            btrfs.create_subvolume(root_fd, name, self.session_bytes if self.limited else None)
         path = self.root / name
         os.chown(path, 0, self.sandbox_gid)
         path.chmod(0o710)
@@ -93,9 +100,12 @@ class Storage:
             except OSError as exc:
                 if exc.errno == errno.ENOENT:
                     return
-                if exc.errno not in (errno.ENOTTY, errno.EINVAL):
+                if exc.errno not in (errno.ENOTTY, errno.EINVAL, errno.EPERM):
                     raise
-                shutil.rmtree(self.root / name)  # a plain directory (an older layout)
+                # A plain directory (an older layout), or a subvolume that only CAP_SYS_ADMIN
+                # (or the mount option user_subvol_rm_allowed) destroys in one call: emptied
+                # first, it goes as a directory.
+                shutil.rmtree(self.root / name)
 
     def check_room(self) -> None:
         if shutil.disk_usage(self.root).free < _FLOOR_BYTES:
@@ -226,10 +236,28 @@ def _check_image_behind(root: Path) -> None:
     _check_image(Path(backing))
 
 
+def _enable_quotas(root: Path) -> bool:
+    """Quota groups on; False where the runner may not (no CAP_SYS_ADMIN)."""
+    try:
+        btrfs.enable_quotas(str(root))
+    except PermissionError:
+        log.warning(
+            "sessions have no disk limit of their own: btrfs quota groups take CAP_SYS_ADMIN, which this "
+            "process lacks; the filesystem's size bounds all sessions together and RLIMIT_FSIZE each file"
+        )  # fmt: skip
+        return False
+    return True
+
+
 def _mount_inert(root: Path) -> None:
     """nosuid and nodev on the sessions' filesystem; a bind mount onto itself adds them."""
     flags = os.statvfs(root).f_flag
     if flags & os.ST_NOSUID and flags & os.ST_NODEV:
+        return
+    if not capabilities.effective(capabilities.SYS_ADMIN):
+        # Runs hold no_new_privs and no capability: a setuid file or a device node in a
+        # session stays inert for them; nosuid,nodev guard whoever else mounts the volume.
+        log.warning("SANDBOX_ROOT %s is not mounted nosuid,nodev and this process may not remount it", root)
         return
     _command("mount", "--bind", str(root), str(root))
     _command("mount", "-o", "remount,bind,nosuid,nodev", str(root))

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..port import RunResult
-from . import bwrap, cgroups, collect, forkserver, layout, seccomp
+from . import bwrap, capabilities, cgroups, collect, forkserver, layout, seccomp
 from .layout import CODE_DIR
 from .limits import Confinement
 from .toolchains import Launch
@@ -75,15 +75,9 @@ _ENDED_SECONDS = 5.0  # a run's last process, after it was killed
 _RETRY_SECONDS = 1.0  # after a run made ahead failed to start
 
 
-def _may_renice() -> bool:
-    """Giving a process its normal priority back takes CAP_SYS_NICE, which a container may
-    lack: then refills are not niced at all, or their runs would keep the lower priority."""
-    status = Path("/proc/self/status").read_text()
-    effective = next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:"))
-    return bool(int(effective, 16) >> 23 & 1)  # CAP_SYS_NICE
-
-
-_REFILL_NICE = 10 if _may_renice() else 0
+# Giving a process its normal priority back takes CAP_SYS_NICE, which a container may lack:
+# then refills are not niced at all, or their runs would keep the lower priority.
+_REFILL_NICE = 10 if capabilities.effective(capabilities.SYS_NICE) else 0
 
 # A program that names one of these (or a library that imports one of them: measured, each
 # of these imports numpy at least) wants the interpreter that imported them...

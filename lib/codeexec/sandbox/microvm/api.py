@@ -80,7 +80,7 @@ def _mapped(operation: str, vm_id: str | None = None) -> Iterator[None]:
         if code == "ResourceNotFoundException" and vm_id is not None:
             raise SessionNotFound() from exc
         if code in ("ThrottlingException", "TooManyRequestsException"):
-            raise RateLimited(retry_after=_retry_after(exc.response)) from exc
+            raise RateLimited(retry_after=_retry_after(exc.response), reason="launches") from exc
         raise BackendUnavailable(f"MicroVMs {operation} failed: {code}", retry_after=_RETRY_AFTER.get(code)) from exc
     except BotoCoreError as exc:
         log.warning("MicroVMs %s failed: %s", operation, type(exc).__name__)

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, cast
 import httpx
 
 from ...errors import BackendUnavailable, ServiceError
+from ...telemetry import calls
 from . import protocol
 
 log = logging.getLogger("codeexec.runner.client")
@@ -93,6 +94,9 @@ class RunnerClient:
         if timeout is not None:
             kwargs["timeout"] = timeout
         headers = dict(self._extra_headers()) if self._extra_headers else {}
+        call = calls.current()
+        if call is not None:  # the runner's log lines of this call carry the same id
+            headers[calls.REQUEST_ID_HEADER] = call.request_id
         method, path = target.route.method, target.path
         with _mapped(target), self._http.stream(method, path, headers=headers, **kwargs) as response:
             if response.status_code >= 400:

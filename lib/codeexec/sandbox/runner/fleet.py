@@ -25,6 +25,9 @@ that names no runner of the fleet is not found without asking anyone.
   would refuse everyone's. Its disk keeps its sessions; when it answers again, they do too.
 - Reaping is each runner's own (it reaps its sessions on its timer): the service's reaper
   lists no fleet.
+- Quotas count what an owner holds on every runner: where there are any, each runner is
+  asked every USAGE_SECONDS what changed since (one request), and a call placed on one runner
+  carries what the owner holds on the others (port.Quota); the runner adds its own.
 - A cancel names a run, not a session: it goes to every runner that answers.
 """
 
@@ -35,8 +38,10 @@ import hashlib
 import logging
 import random
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
@@ -44,7 +49,23 @@ import httpx
 
 from ... import ids
 from ...errors import BackendUnavailable, SessionNotFound
-from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, RunSlot, Sandboxes, SendTo
+from ..port import (
+    Access,
+    Carried,
+    FileInfo,
+    HostLoad,
+    HostReport,
+    Input,
+    Lease,
+    Opened,
+    Placement,
+    PoolLoad,
+    Ran,
+    Run,
+    RunSlot,
+    Sandboxes,
+    SendTo,
+)
 from . import protocol
 from .client import Refused, RunnerClient
 from .sandboxes import RunnerPort, call_seconds
@@ -52,6 +73,7 @@ from .sandboxes import RunnerPort, call_seconds
 log = logging.getLogger("codeexec.runner.fleet")
 
 HEALTH_INTERVAL_SECONDS = 1.0
+USAGE_SECONDS = 5.0  # how stale a fleet's view of what an owner holds elsewhere may be
 # What a caller of a down runner's session is told to wait before trying again.
 RETRY_AFTER_SECONDS = 5
 
@@ -65,6 +87,7 @@ class FleetConfig:
     # runner, whatever its ids.
     routed: bool = True
     connect_seconds: float = 2.0
+    quotas: bool = False  # whether any call may carry a quota: then each runner's usage is kept
 
     def timeout(self) -> httpx.Timeout:
         # Reads: the runner's heartbeat keeps a working call from ever being silent that long.
@@ -82,8 +105,11 @@ class Runner:
         self.port = RunnerPort(RunnerClient(url, config.key, config.timeout()))
         self.told: dict[str, Any] = {}  # its last /health
         self.up = False
+        self.refused = False  # it claims another index
         self.sent = 0  # this replica's calls to it in flight
         self.placed = 0  # sessions this replica placed on it since its last /health
+        self.held: dict[str, int] = {}  # bytes by owner digest, as of its usage pass `_usage_since`
+        self._usage_epoch, self._usage_since = "", 0
         self._lock = threading.Lock()
 
     def ask(self) -> None:
@@ -93,7 +119,8 @@ class Runner:
         except BackendUnavailable:
             self._down("does not answer")
             return
-        if self._routed and health.get("index") != self.index:
+        self.refused = self._routed and health.get("index") != self.index
+        if self.refused:
             # Two runners claiming one index would mint each other's ids: this one gets nothing.
             self._down(f"says it is runner {health.get('index')} (RUNNER_INDEX), not {self.index}", error=True)
             return
@@ -108,6 +135,31 @@ class Runner:
             if self.up or error:
                 (log.error if error else log.warning)("sandbox runner %d at %s %s", self.index, self.url, why)
             self.up = False
+
+    def ask_usage(self) -> None:
+        """What changed of what each owner holds on it since it was last asked."""
+        try:
+            changed = self.port.usage(self._usage_epoch, self._usage_since)
+        except BackendUnavailable:
+            return  # it keeps what it held; its /health says whether it is down
+        held = {} if changed["whole"] else dict(self.held)
+        held.update((digest, int(size)) for digest, size in changed["bytes"].items())
+        self.held = {digest: size for digest, size in held.items() if size}
+        self._usage_epoch, self._usage_since = str(changed["epoch"]), int(changed["generation"])
+
+    def host(self) -> HostLoad:
+        """What it holds as it last said, and its state as this replica sees it."""
+        told = self.told
+        pools = {kind: PoolLoad(**pool) for kind, pool in told.get("pools", {}).items()}
+        state = "up" if self.up else "refused" if self.refused else "down"
+        return HostLoad(str(self.index), state, int(told.get("runs", 0)), int(told.get("sessions", 0)),
+                        int(told.get("bytes_used", 0)), int(told.get("bytes_limit", 0)), pools)  # fmt: skip
+
+    def report(self) -> HostReport:
+        if self.up:
+            with contextlib.suppress(BackendUnavailable):
+                return replace(self.port.report(), load=self.host())  # its state as this replica sees it
+        return HostReport(self.host())
 
     def load(self) -> tuple[int, int]:
         return int(self.told.get("runs", 0)) + self.sent, int(self.told.get("sessions", 0)) + self.placed
@@ -145,7 +197,9 @@ class RunnerFleet(Sandboxes):
         self._stop = threading.Event()
         for runner in self.runners:
             runner.ask()
-            watch = threading.Thread(target=_watch, args=(weakref.ref(self), runner, self._stop), daemon=True)
+            watch = threading.Thread(
+                target=_watch, args=(weakref.ref(self), runner, self._stop, config.quotas), daemon=True
+            )
             watch.start()
 
     def close(self) -> None:
@@ -168,6 +222,14 @@ class RunnerFleet(Sandboxes):
         if told is None:
             raise BackendUnavailable("no sandbox runner has answered yet", retry_after=2)
         return told[name]
+
+    def hosts(self) -> list[HostLoad]:
+        return [runner.host() for runner in self.runners]
+
+    def reports(self) -> list[HostReport]:
+        """Each runner's, asked of all at once; one that does not answer is told by its load."""
+        with ThreadPoolExecutor(max_workers=len(self.runners), thread_name_prefix="report") as asking:
+            return list(asking.map(Runner.report, self.runners))
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         runners = [{"index": r.index, "up": r.up} for r in self.runners]
@@ -208,19 +270,31 @@ class RunnerFleet(Sandboxes):
 
     def _placed(self, placement: Placement) -> Iterator[tuple[Runner, Placement]]:
         """Where a placement may land, in order: its named session's runner; else each
-        runner holding candidates, with those; else, when it may, a new session's."""
+        runner holding candidates, with those; else, when it may, a new session's. Each with
+        what its owner holds on the other runners, where it has a quota."""
         if placement.named is not None:
             runner, named = self._hinted(placement.named)
-            yield runner, replace(placement, named=named)
+            yield runner, self._elsewhere(runner, replace(placement, named=named))
             return
         by_runner: dict[int, list[str]] = {}
         for session_id in placement.candidates:
             with contextlib.suppress(SessionNotFound):
                 by_runner.setdefault(self._of(session_id).index, []).append(session_id)
         for index, candidates in by_runner.items():
-            yield self.runners[index], replace(placement, candidates=tuple(candidates), new=False)
+            runner = self.runners[index]
+            yield runner, self._elsewhere(runner, replace(placement, candidates=tuple(candidates), new=False))
         if placement.new:
-            yield self._new(), replace(placement, candidates=())
+            runner = self._new()
+            yield runner, self._elsewhere(runner, replace(placement, candidates=()))
+
+    def _elsewhere(self, target: Runner, placement: Placement) -> Placement:
+        quota = placement.quota
+        if quota is None:
+            return placement
+        owner, others = placement.access.owner, [r for r in self.runners if r is not target]
+        user = sum(r.held.get(owner.user, 0) for r in others)
+        org = sum(r.held.get(owner.org, 0) for r in others)
+        return replace(placement, quota=replace(quota, user_elsewhere=user, org_elsewhere=org))
 
     # -- the coarse operations --------------------------------------------------------------
 
@@ -297,7 +371,12 @@ class RunnerFleet(Sandboxes):
         return iter(())  # each runner reaps its own sessions
 
 
-def _watch(fleet: weakref.ref[RunnerFleet], runner: Runner, stop: threading.Event) -> None:
-    """Ask a runner's /health every interval, as long as its fleet is in use."""
+def _watch(fleet: weakref.ref[RunnerFleet], runner: Runner, stop: threading.Event, quotas: bool) -> None:
+    """Ask a runner's /health every interval, and its usage every USAGE_SECONDS where there
+    are quotas, as long as its fleet is in use."""
+    usage_due = 0.0
     while not stop.wait(HEALTH_INTERVAL_SECONDS) and fleet() is not None:
         runner.ask()
+        if quotas and runner.up and time.monotonic() >= usage_due:
+            runner.ask_usage()
+            usage_due = time.monotonic() + USAGE_SECONDS

@@ -35,6 +35,8 @@ from ..port import (
     Access,
     Changes,
     FileInfo,
+    HostLoad,
+    HostReport,
     Input,
     Intent,
     Keep,
@@ -44,7 +46,9 @@ from ..port import (
     OwnerTag,
     Placed,
     Placement,
+    PoolLoad,
     Program,
+    Quota,
     Ran,
     Run,
     RunResult,
@@ -124,7 +128,11 @@ READS = Route("POST", "/reads", Answer.FRAMES)  # ?<access>: inputs of any of it
 #                        names its origin), a frame each: a run on another runner or VM carries them in
 RECORD = Route("GET", "/sessions/{sid}/records/{key}", Answer.BYTES)  # ?<access>: the service's own
 #                                                                        record (port.Keep)
-ROUTES = (HEALTH, LEASE, END, CANCEL, RUN, WRITE, LIST, READ, REMOVE, STAT, READS, RECORD)
+REPORT = Route("GET", "/report")  # what the console shows of it (port.HostReport): its load, who
+#                                   holds most, its last hour
+USAGE = Route("GET", "/usage")  # ?epoch=&since=: what each owner holds on it (digest: bytes), as
+#                                 changed since that pass of that process (quotas)
+ROUTES = (HEALTH, LEASE, END, CANCEL, RUN, WRITE, LIST, READ, REMOVE, STAT, READS, RECORD, REPORT, USAGE)
 
 
 def answered(answer: Any) -> Any:
@@ -168,6 +176,16 @@ def lease_of(data: dict[str, Any]) -> Lease:
         str(data["session_id"]), owner, bool(data["shared"]), bool(data["read_only"]),
         float(data["leased_at"]), int(data["ttl_seconds"]), float(data["touched_at"]),
     )  # fmt: skip
+
+
+def report_json(report: HostReport) -> dict[str, Any]:
+    return asdict(report)
+
+
+def report_of(data: dict[str, Any]) -> HostReport:
+    load = data["load"]
+    pools = {kind: PoolLoad(**pool) for kind, pool in load.get("pools", {}).items()}
+    return HostReport(HostLoad(**{**load, "pools": pools}), data.get("usage"), data.get("history"))
 
 
 def file_json(info: FileInfo) -> dict[str, Any]:
@@ -224,7 +242,10 @@ def ran_json(ran: Ran) -> dict[str, Any]:
     return {
         "session_id": ran.session_id,
         "created": ran.created,
-        "result": {"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code, "hits": hits},
+        "result": {
+            "stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code, "hits": hits,
+            "warm": result.warm, "seconds": result.seconds,
+        },  # fmt: skip
         "changes": asdict(ran.changes),
         "inputs": [asdict(p) for p in ran.inputs],
     }
@@ -238,7 +259,10 @@ def ran_of(data: dict[str, Any]) -> Ran:
     return Ran(
         str(data["session_id"]),
         bool(data["created"]),
-        RunResult(str(result["stdout"]), str(result["stderr"]), None if exit_code is None else int(exit_code), hits),
+        RunResult(
+            str(result["stdout"]), str(result["stderr"]), None if exit_code is None else int(exit_code), hits,
+            result.get("warm"), result.get("seconds"),
+        ),  # fmt: skip
         Changes(
             tuple(map(file_of, changes["created"])), tuple(map(file_of, changes["modified"])), tuple(changes["deleted"])
         ),
@@ -252,7 +276,9 @@ def placement_json(placement: Placement) -> dict[str, Any]:
 
 def placement_of(data: dict[str, Any]) -> Placement:
     try:
-        return Placement(**{**data, "access": access_of(data["access"]), "candidates": tuple(data["candidates"])})
+        quota = data.get("quota")
+        return Placement(**{**data, "access": access_of(data["access"]), "candidates": tuple(data["candidates"]),
+                            "quota": Quota(**quota) if quota else None})  # fmt: skip
     except (KeyError, TypeError):
         raise errors.BadRequest("not a placement this runner understands") from None
 

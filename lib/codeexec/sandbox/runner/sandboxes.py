@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 from ... import ids
 from ...errors import SessionNotFound, TooLarge
-from ..port import Access, Carried, FileInfo, Input, Lease, Opened, Placement, Ran, Run, RunSlot, SendTo
+from ..port import Access, Carried, FileInfo, HostReport, Input, Lease, Opened, Placement, Ran, Run, RunSlot, SendTo
 from . import protocol
 from .client import ResponseReader, RunnerClient
 
@@ -98,6 +98,12 @@ class RunnerPort:
 
     def lease(self, session_id: str) -> Lease:
         return protocol.lease_of(self.client.call(_at(protocol.LEASE, session_id)))
+
+    def usage(self, epoch: str, since: int) -> dict[str, Any]:
+        return dict(self.client.call(protocol.USAGE.at(), params={"epoch": epoch, "since": since}))
+
+    def report(self) -> HostReport:
+        return protocol.report_of(self.client.call(protocol.REPORT.at()))
 
     def end(self, session_id: str) -> None:
         if ids.is_session_id(session_id):
