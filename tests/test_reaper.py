@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,7 +20,6 @@ from codeexec.api.service import Service
 from codeexec.auth import Caller
 from codeexec.errors import SessionNotFound
 from codeexec.reaper import reap
-from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.local import LocalSandboxes
 from codeexec.sandbox.port import Owner
 from codeexec.sessions import SessionLimits, Sessions
@@ -36,10 +36,8 @@ DEFAULT = Owner("default")
 
 
 @pytest.fixture
-def sandboxes(settings: Settings) -> LocalSandboxes:
-    made = make_sandboxes(settings.model_copy(update={"lease_ttl_seconds": 10 * HOUR}))
-    assert isinstance(made, LocalSandboxes)
-    return made
+def sandboxes(settings: Settings, local_sandboxes: Callable[[Settings], LocalSandboxes]) -> LocalSandboxes:
+    return local_sandboxes(settings.model_copy(update={"lease_ttl_seconds": 10 * HOUR}))
 
 
 def sessions_over(sandboxes: LocalSandboxes) -> Sessions:

@@ -47,8 +47,8 @@ def runner_url(settings: Settings) -> Iterator[str]:
 
 
 @pytest.fixture
-def sandboxes(settings: Settings, runner_url: str) -> RunnerFleet:
-    made = make_sandboxes(runner_settings(settings, runner_url))
+def sandboxes(settings: Settings, runner_url: str, services: Services) -> RunnerFleet:
+    made = services(runner_settings(settings, runner_url)).sandboxes
     assert isinstance(made, RunnerFleet)
     return made
 
@@ -211,11 +211,11 @@ def test_two_runs_in_one_session_take_turns_and_each_reports_its_own_files(sandb
     assert [f.path for f in second.changes.created] == ["second.txt"]
 
 
-def test_a_caller_that_goes_away_mid_run_holds_nothing(settings: Settings) -> None:
+def test_a_caller_that_goes_away_mid_run_holds_nothing(settings: Settings, services: Services) -> None:
     """The hold lives inside the request: a caller that gives up (its function was
     stopped) leaves the session to the next call once its run has ended."""
     with running_runner(settings) as (url, _):
-        sandboxes = make_sandboxes(runner_settings(settings, url))
+        sandboxes = services(runner_settings(settings, url)).sandboxes
         session = new_session(sandboxes)
         run = Run(Program("bash", "sleep 2", timeout=20), land(OWNER, session))
         with pytest.raises(httpx.ReadTimeout):
