@@ -27,7 +27,7 @@ from codeexec.settings import Settings
 
 from .conftest import API_KEY
 from .helpers.processes import runner, service
-from .serving import free_port, runner_settings, serving
+from .serving import Services, free_port, runner_settings, serving
 
 pytestmark = [
     pytest.mark.root,
@@ -73,7 +73,9 @@ def drip_upload(url: str) -> socket.socket:
 
 
 @contextlib.contextmanager
-def serving_api(kind: str, sandbox_root: Path, port: int, settings: Settings) -> Iterator[tuple[Popen[bytes], str]]:
+def serving_api(
+    kind: str, sandbox_root: Path, port: int, settings: Settings, services: Services
+) -> Iterator[tuple[Popen[bytes], str]]:
     """The killed kind of process on `port`, and the API's URL: the service itself, or one
     in this process leasing from the runner."""
     if kind == "service":
@@ -81,17 +83,17 @@ def serving_api(kind: str, sandbox_root: Path, port: int, settings: Settings) ->
             yield process, f"http://127.0.0.1:{port}/v1"
         return
     with runner(sandbox_root, port, {**WARM, "REAP_INTERVAL_SECONDS": str(REAP_SECONDS)}) as process:
-        app = create_app(runner_settings(settings, f"http://127.0.0.1:{port}"))
+        app = create_app(services(runner_settings(settings, f"http://127.0.0.1:{port}")))
         with serving(app) as url:
             yield process, f"{url}/v1"
 
 
 @pytest.mark.parametrize("kind", ["service", "runner"])
 def test_one_start_after_kill_9_sweeps_what_the_crash_left_and_keeps_every_file(
-    sandbox_root: Path, settings: Settings, kind: str
+    sandbox_root: Path, settings: Settings, kind: str, services: Services
 ) -> None:
     port = free_port()
-    with serving_api(kind, sandbox_root, port, settings) as (first, url):
+    with serving_api(kind, sandbox_root, port, settings, services) as (first, url):
         with httpx.Client(base_url=url, headers=HEADERS, timeout=90) as client:
             stored = client.post("/upload/batch", files=[("files", (n, d)) for n, d in STORED.items()]).json()
             session = stored["session_id"]
@@ -108,7 +110,7 @@ def test_one_start_after_kill_9_sweeps_what_the_crash_left_and_keeps_every_file(
         assert made_by(first.pid), "the crash left no cgroup to sweep"
         half_made = [made_half(sandbox_root, lease) for lease in (None, b'{"owner": {"org": "de')]
 
-        with serving_api(kind, sandbox_root, port, settings) as (second, url):
+        with serving_api(kind, sandbox_root, port, settings, services) as (second, url):
             # Within a reaper pass of the one start, the killed process unreaped all along.
             eventually(lambda: not made_by(first.pid) and not any(p.exists() for p in [*staged, *half_made]), 10)
             assert zombie(first.pid)

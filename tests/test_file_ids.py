@@ -24,6 +24,7 @@ from codeexec.settings import Settings
 
 from .calls import run, upload
 from .conftest import API_KEY
+from .serving import Services
 
 MADE_UP = ids.derived_id("made", "up")
 
@@ -125,10 +126,10 @@ def test_a_download_that_lists_takes_the_callers_listing_share(client: TestClien
     assert found(client, session, "late.txt") == b"written as it died"
 
 
-def test_a_full_session_still_finds_its_files(settings: Settings, sandbox_root: Path) -> None:
+def test_a_full_session_still_finds_its_files(settings: Settings, sandbox_root: Path, services: Services) -> None:
     """No room left for the record fails nothing: the record stays short, and a listing finds
     what it misses."""
-    client = TestClient(create_app(settings.model_copy(update={"max_session_bytes": 8 << 20})),
+    client = TestClient(create_app(services(settings.model_copy(update={"max_session_bytes": 8 << 20}))),
                         headers={"X-API-Key": API_KEY})  # fmt: skip
     filled = run(client, "i = 0\nwhile True:\n    open(f'f{i}', 'wb').write(b'x' * (900 << 10))\n    i += 1")
     assert "Disk quota exceeded" in filled["stderr"]

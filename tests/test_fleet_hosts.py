@@ -274,13 +274,13 @@ def test_each_runner_reaps_its_own_and_the_service_lists_no_fleet(
 
 
 def test_a_skill_on_another_runner_reaches_the_run_through_librechat(
-    runners: list[HostRunner], settings: Settings, tmp_path: Path
+    runners: list[HostRunner], settings: Settings, tmp_path: Path, services: Services
 ) -> None:
     """A skill's session is the organization's: a colleague's run reads it from another
     runner as it would on one host (it was refused there, and the run went without)."""
     issuer = Issuer(tmp_path / "jwks.json")
     issuer.add_key(KID, "EdDSA")
-    app = create_app(g2_settings(fleet_settings(settings, [r.url for r in runners]), issuer))
+    app = create_app(services(g2_settings(fleet_settings(settings, [r.url for r in runners]), issuer)))
     with serving(app) as base:
         result = drive_g2_client(f"{base}/v1", issuer, "skills_client.mjs", "elsewhere")
     assert result["client"]["version"] == "3.9.2" and result["status"] == 200
