@@ -16,7 +16,7 @@ ENVIRONMENT := /opt/sandbox
 help: ## this list
 	@awk -F ':[^#]*## ' '/^[a-z][a-z0-9-]*:[^#]*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-install: system-packages npm-global $(VENV)/.installed environment $(FONT_CACHE)/.built ## everything serve and test need: apt packages, .venv, the sandbox's environment
+install: system-packages npm-global $(VENV)/.installed environment font-cache ## everything serve and test need: apt packages, .venv, the sandbox's environment
 
 # Debian's packages (deps/apt.txt, LibreOffice from backports): only when something is
 # missing, so a second run costs a dpkg query.
@@ -35,17 +35,15 @@ $(VENV)/.installed: requirements-dev.txt lib/pyproject.toml
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $@
 
-# The sandbox's environment from the locks (deps/environment.sh; docs/libraries.md).
-environment: $(ENVIRONMENT)/python.lock $(ENVIRONMENT)/nltk.lock $(ENVIRONMENT)/node.lock $(ENVIRONMENT)/tools.lock ## the sandbox's libraries under /opt/sandbox, from the locks
-$(ENVIRONMENT)/python.lock: deps/python/requirements.lock deps/python/numba-cache.py | $(VENV)/.installed
-	$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
-$(ENVIRONMENT)/nltk.lock: deps/python/nltk-data.txt deps/python/nltk-data.py | system-packages
-	$(SUDO) deps/environment.sh nltk $(ENVIRONMENT)
-$(ENVIRONMENT)/node.lock: deps/node/package-lock.json | system-packages
-	$(SUDO) deps/environment.sh node $(ENVIRONMENT)
-# Again after Debian's packages change: tools/dpkg holds a copy of their status.
-$(ENVIRONMENT)/tools.lock: $(shell find deps/tools -type f) deps/apt.txt deps/apt-backports.txt | system-packages
-	$(SUDO) deps/environment.sh tools $(ENVIRONMENT)
+# The sandbox's environment from the locks (deps/environment.sh; docs/libraries.md). The script
+# installs a part only when its sources' content differs from what it was installed from
+# (the set is the machine's, in /opt/sandbox: a fresh clone's new file times must not
+# install 2 GB again), so each part is asked every time.
+environment: system-packages $(VENV)/.installed ## the sandbox's libraries under /opt/sandbox, from the locks
+	@$(SUDO) UV=$(BIN)/uv deps/environment.sh python $(ENVIRONMENT)
+	@$(SUDO) deps/environment.sh nltk $(ENVIRONMENT)
+	@$(SUDO) deps/environment.sh node $(ENVIRONMENT)
+	@$(SUDO) deps/environment.sh tools $(ENVIRONMENT)
 
 # The locks anew from deps/python/requirements.in and deps/node/package.json (newest
 # versions that fit), then docs/libraries.md's list of them. Wheels for x86_64 and arm64 (the
@@ -71,10 +69,13 @@ readme-env: $(VENV)/.installed ## docs/libraries.md's list of every package, fro
 	$(BIN)/python deps/readme_env.py docs/libraries.md
 
 # matplotlib's font list, built for every sandboxed run with the environment's matplotlib
-# and fonts (lib/codeexec/sandbox/local/fonts.py).
-$(FONT_CACHE)/.built: $(ENVIRONMENT)/python.lock deps/apt.txt | system-packages $(VENV)/.installed
-	$(SUDO) $(BIN)/python -c "from codeexec.sandbox.local import fonts; fonts.build()"
-	$(SUDO) touch $@
+# and fonts (lib/codeexec/sandbox/local/fonts.py), again when either changes (by content, as
+# the environment).
+.PHONY: font-cache
+font-cache: environment
+	@cat $(ENVIRONMENT)/python.lock deps/apt.txt | $(SUDO) cmp -s - $(FONT_CACHE)/.built 2>/dev/null || { \
+	  $(SUDO) $(BIN)/python -c "from codeexec.sandbox.local import fonts; fonts.build()" && \
+	  cat $(ENVIRONMENT)/python.lock deps/apt.txt | $(SUDO) tee $(FONT_CACHE)/.built >/dev/null; }
 
 $(CONTRACT)/node_modules/.installed: $(CONTRACT)/package-lock.json
 	cd $(CONTRACT) && npm ci --no-audit --no-fund --loglevel=error
@@ -107,8 +108,11 @@ runner: install ## the sandbox port over HTTP on 127.0.0.1:8080, for SANDBOX_BAC
 # (warm_bench.py), the environment's disk, install and import costs, one reaper pass over 10,000 leases, the
 # service under more than it takes on, one user beside another that keeps every run it may
 # going (fairness_bench.py), the round trips a call makes to a runner 25 ms away (a
-# delaying proxy on loopback), a fleet of three runners against one (fleet_bench.py), and what
-# telemetry and the console cost (telemetry_bench.py). It also
+# delaying proxy on loopback), a fleet of three runners against one (fleet_bench.py), what a
+# cold run's own init costs against bwrap's (cold_init_bench.py), what a run can still learn
+# of the shared page cache (page_cache_bench.py), a bare file id found by a session's record
+# of ids against a listing (file_ids_bench.py), and what telemetry and the console cost
+# (telemetry_bench.py). It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
 # PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
@@ -126,6 +130,9 @@ bench: install ## the benchmark figures (docs/performance.md; BENCH_ARGS=--quick
 	$(BIN)/python bench/fairness_bench.py
 	$(BIN)/python bench/round_trips_bench.py
 	$(BIN)/python bench/fleet_bench.py
+	$(BIN)/python bench/cold_init_bench.py
+	$(BIN)/python bench/page_cache_bench.py
+	$(BIN)/python bench/file_ids_bench.py
 	$(BIN)/python bench/telemetry_bench.py
 
 lint: $(VENV)/.installed ## ruff

@@ -16,10 +16,23 @@
 # Each part is built beside the old one, in PREFIX/<part>.<time>, and PREFIX/<part> is a
 # symlink to it, swapped in one rename: a failed install leaves the set that was there, and
 # a run starting meanwhile finds the old set or the new one, never half of one (runs go on
-# while a host installs). What it was installed from is kept as PREFIX/<part>.lock.
+# while a host installs). What it was installed from is kept as PREFIX/<part>.lock, and a part
+# whose sources are what that says is left as it is: what decides is their content, never
+# their files' times (a fresh clone's are new, and a 2 GB set is not installed again for it).
 set -euo pipefail
 deps=$(cd "$(dirname "$0")" && pwd)
 part=$1 prefix=$2
+case $part in
+  python) stamp=$(cat "$deps/python/requirements.lock" "$deps/python/numba-cache.py") ;;
+  nltk) stamp=$(cat "$deps/python/nltk-data.txt" "$deps/python/nltk-data.py") ;;
+  node) stamp=$(cat "$deps/node/package-lock.json") ;;
+  # Debian's packages too: tools/dpkg holds a copy of their status.
+  tools) stamp=$(cd "$deps/tools" && find . -type f | sort | xargs sha256sum; cat "$deps/apt.txt" "$deps/apt-backports.txt") ;;
+  *) echo "usage: $0 python|nltk|node|tools PREFIX" >&2; exit 2 ;;
+esac
+if [ -f "$prefix/$part.lock" ] && [ -L "$prefix/$part" ] && [ "$(cat "$prefix/$part.lock")" = "$stamp" ]; then
+  exit 0  # installed from these very sources
+fi
 mkdir -p "$prefix"
 current=$(readlink "$prefix/$part" 2>/dev/null || true)
 for left in "$prefix/$part".*/; do  # what an install that failed left behind
@@ -37,15 +50,12 @@ case $part in
     "${UV:-uv}" pip install --quiet --no-config --python /usr/bin/python3 --target "$new" \
       --require-hashes --only-binary :all: --find-links "$wheels" --compile-bytecode \
       -r "$deps/python/requirements.lock"
-    rm -rf "$wheels"
-    stamp=$(cat "$deps/python/requirements.lock" "$deps/python/numba-cache.py") ;;
+    rm -rf "$wheels" ;;
   nltk)
-    python3 "$deps/python/nltk-data.py" "$new"
-    stamp=$(cat "$deps/python/nltk-data.txt" "$deps/python/nltk-data.py") ;;
+    python3 "$deps/python/nltk-data.py" "$new" ;;
   node)
     cp "$deps/node/package.json" "$deps/node/package-lock.json" "$new/"
-    (cd "$new" && npm ci --omit=dev --no-audit --no-fund --loglevel=error)
-    stamp=$(cat "$deps/node/package-lock.json") ;;
+    (cd "$new" && npm ci --omit=dev --no-audit --no-fund --loglevel=error) ;;
   tools)
     # bin/ is first on the sandbox's PATH, a directory of the service's own: Debian's
     # `python` is a package (python-is-python3) that would change the host for everyone.
@@ -54,9 +64,7 @@ case $part in
     ln -s pip "$new/bin/pip3"
     # What Debian installed, for bin/dpkg (made now: deps/apt.txt is installed first).
     mkdir -p "$new/dpkg/updates"
-    cp /var/lib/dpkg/status "$new/dpkg/status"
-    stamp=$(cd "$deps/tools" && find . -type f | sort | xargs sha256sum) ;;
-  *) echo "usage: $0 python|nltk|node|tools PREFIX" >&2; exit 2 ;;
+    cp /var/lib/dpkg/status "$new/dpkg/status" ;;
 esac
 chmod -R a+rX "$new"
 ln -sfn "$(basename "$new")" "$prefix/$part.link"

@@ -149,6 +149,20 @@ def _sandboxes(settings: Settings, made: contextlib.ExitStack, request: pytest.F
 
 
 @pytest.fixture
+def local_sandboxes() -> Iterator[Callable[[Settings], LocalSandboxes]]:
+    """The `local` backend itself for any settings (whatever CODEEXEC_TEST_BACKEND says: a
+    test of its own steps), each closed after the test."""
+    with contextlib.ExitStack() as made:
+
+        def local(settings: Settings) -> LocalSandboxes:
+            sandboxes = make_sandboxes(settings)
+            assert isinstance(sandboxes, LocalSandboxes)
+            return made.enter_context(contextlib.closing(sandboxes))
+
+        yield local
+
+
+@pytest.fixture
 def service(services: Services, settings: Settings) -> Service:
     return services(settings)
 

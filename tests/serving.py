@@ -37,6 +37,9 @@ def serving(app: Any, host: str = "127.0.0.1", port: int | None = None, certfile
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS, ssl_certfile=certfile,
         http=HeaderDeadline,
+        # A test's server stops with the test: a connection a client keeps open (a pooled one
+        # of the backend under test) is not waited for more than a second.
+        timeout_graceful_shutdown=1,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

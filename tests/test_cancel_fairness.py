@@ -3,20 +3,22 @@ for runs that never come refuses its own, never another caller's early cancel.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi.testclient import TestClient
 
 from codeexec import ids
 from codeexec.errors import RateLimited
-from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.local.sandboxes import LocalSandboxes
 from codeexec.settings import Settings
 
 from .calls import run
 
 
-def test_one_callers_flood_of_cancels_leaves_anothers_early_cancel(settings: Settings, client: TestClient) -> None:
-    sandboxes = make_sandboxes(settings)
-    assert isinstance(sandboxes, LocalSandboxes)
+def test_one_callers_flood_of_cancels_leaves_anothers_early_cancel(
+    settings: Settings, client: TestClient, local_sandboxes: Callable[[Settings], LocalSandboxes]
+) -> None:
+    sandboxes = local_sandboxes(settings)
     refused = 0
     for n in range(300):
         try:

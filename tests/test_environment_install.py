@@ -56,7 +56,11 @@ def test_a_failed_install_leaves_the_set_that_was_there(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "FAIL": str(fail)}
     assert _install("node", prefix, env).returncode == 0
     first = os.readlink(prefix / "node")
+    # Its sources as they were: nothing to do, whatever their files' times (a fresh clone's).
+    os.utime(ROOT / "deps/node/package-lock.json")
+    assert _install("node", prefix, env).returncode == 0 and os.readlink(prefix / "node") == first
 
+    (prefix / "node.lock").write_text("what an older lock said\n")  # the sources changed since
     fail.touch()
     assert _install("node", prefix, env).returncode != 0
     assert os.readlink(prefix / "node") == first

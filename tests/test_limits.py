@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,8 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
-from codeexec.sandbox import make_sandboxes
-from codeexec.sandbox.local import cgroups
+from codeexec.sandbox.local import LocalSandboxes, cgroups
 from codeexec.sandbox.local.limits import Limits
 from codeexec.settings import Settings
 
@@ -50,7 +50,10 @@ def settings(settings: Settings) -> Settings:
 
 
 def test_every_limit_has_a_default_a_setting_and_a_documented_row(
-    monkeypatch: pytest.MonkeyPatch, sandbox_root: Path, services: Services
+    monkeypatch: pytest.MonkeyPatch,
+    sandbox_root: Path,
+    services: Services,
+    local_sandboxes: Callable[[Settings], LocalSandboxes],
 ) -> None:
     page = LIMITS_PAGE.read_text()
     for name in LIMITS:
@@ -63,8 +66,8 @@ def test_every_limit_has_a_default_a_setting_and_a_documented_row(
     configured = Settings()
     assert all(getattr(configured, name) == 7 for name in LIMITS)
     # Each reaches what enforces it: the backend's run limits, or the session layer's.
-    backend = make_sandboxes(configured.model_copy(update={"sandbox_root": sandbox_root}))
-    assert backend.limits == Limits(7, 7, 7, 7, 7, 7)  # type: ignore[attr-defined]
+    backend = local_sandboxes(configured.model_copy(update={"sandbox_root": sandbox_root}))
+    assert backend.limits == Limits(7, 7, 7, 7, 7, 7)
     limits = create_app(
         services(configured.model_copy(update={"sandbox_root": sandbox_root}))
     ).state.service.sessions.limits

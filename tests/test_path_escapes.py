@@ -6,6 +6,7 @@ to its lease) or in another session."""
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,9 @@ CALLER = Caller("org-1", "user-1")
 
 
 def test_the_local_file_layer_refuses_paths_out_of_the_session(
-    settings: Settings, sandbox_root: Path, client: TestClient
+    settings: Settings, sandbox_root: Path, client: TestClient, local_sandboxes: Callable[[Settings], LocalSandboxes]
 ) -> None:
-    sandboxes = make_sandboxes(settings)
-    assert isinstance(sandboxes, LocalSandboxes)
+    sandboxes = local_sandboxes(settings)
     victim = sandboxes.write_files(Placement(changing(CALLER)), [("secret.txt", io.BytesIO(b"theirs"))], 100)
     # Also what is no file's name there: the directory itself ("." or an empty component).
     for path in [*ESCAPES, f"../../{victim}/data/secret.txt", "./escape.txt", "a//escape.txt"]:

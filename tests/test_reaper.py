@@ -8,17 +8,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
+from codeexec import ids
 from codeexec.api.service import Service
 from codeexec.auth import Caller
 from codeexec.errors import SessionNotFound
 from codeexec.reaper import reap
-from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.local import LocalSandboxes
 from codeexec.sandbox.port import Owner
 from codeexec.sessions import SessionLimits, Sessions
@@ -35,10 +36,8 @@ DEFAULT = Owner("default")
 
 
 @pytest.fixture
-def sandboxes(settings: Settings) -> LocalSandboxes:
-    made = make_sandboxes(settings.model_copy(update={"lease_ttl_seconds": 10 * HOUR}))
-    assert isinstance(made, LocalSandboxes)
-    return made
+def sandboxes(settings: Settings, local_sandboxes: Callable[[Settings], LocalSandboxes]) -> LocalSandboxes:
+    return local_sandboxes(settings.model_copy(update={"lease_ttl_seconds": 10 * HOUR}))
 
 
 def sessions_over(sandboxes: LocalSandboxes) -> Sessions:
@@ -155,6 +154,27 @@ def test_an_ending_that_failed_halfway_is_finished_next_pass(sandboxes: LocalSan
     (sandboxes.root / session).rename(tomb)
     assert reap(sandboxes, idle_timeout=HOUR).seen == 0
     assert not tomb.exists()
+
+
+@pytest.mark.parametrize("cut", ["no lease", "a torn lease", "a lease and no lock"])
+def test_a_session_cut_while_it_was_made_is_reclaimed_after_a_minute(sandboxes: LocalSandboxes, cut: str) -> None:
+    """Nothing could open it, and no listing named it: it was kept for good. One being
+    made now is never taken."""
+    cut_short = []
+    for age in (120, 0):
+        path = sandboxes.storage.create_session(ids.new_session_id())
+        (path / "data").mkdir()
+        (path / "data" / "a.txt").write_bytes(b"a")
+        whole = {"owner": {"org": "default", "user": ""}, "shared": False, "read_only": False, "leased_at": 0,
+                 "ttl_seconds": 60}  # fmt: skip
+        if cut != "no lease":
+            (path / "lease.json").write_text(json.dumps(whole)[: 30 if cut == "a torn lease" else None])
+        os.utime(path, (time.time() - age, time.time() - age))
+        cut_short.append(path)
+    kept = new_session(sandboxes)
+    assert reap(sandboxes, idle_timeout=HOUR).seen == 1
+    assert [path.exists() for path in cut_short] == [False, True]  # the minute-old one went
+    assert [lease.session_id for lease in sandboxes.leases()] == [kept]
 
 
 def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> None:

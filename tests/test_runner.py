@@ -16,17 +16,19 @@ import tracemalloc
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from codeexec import errors
+from codeexec import errors, ids
 from codeexec.api.app import create_app
 from codeexec.sandbox import make_sandboxes
-from codeexec.sandbox.port import Access, Intent, Limit, OwnerTag, Placement, Program, Ran, Run
-from codeexec.sandbox.runner import RunnerFleet
+from codeexec.sandbox.local import LocalSandboxes
+from codeexec.sandbox.port import Access, Intent, Keep, Limit, OwnerTag, Placement, Program, Ran, Run
+from codeexec.sandbox.runner import RunnerFleet, protocol
 from codeexec.sandbox.runner.protocol import KEY_HEADER, frames, frames_of, run_json
 from codeexec.settings import Settings
 
@@ -46,8 +48,8 @@ def runner_url(settings: Settings) -> Iterator[str]:
 
 
 @pytest.fixture
-def sandboxes(settings: Settings, runner_url: str) -> RunnerFleet:
-    made = make_sandboxes(runner_settings(settings, runner_url))
+def sandboxes(settings: Settings, runner_url: str, services: Services) -> RunnerFleet:
+    made = services(runner_settings(settings, runner_url)).sandboxes
     assert isinstance(made, RunnerFleet)
     return made
 
@@ -132,6 +134,36 @@ def test_errors_cross_as_the_librarys_own(sandboxes: RunnerFleet) -> None:
         sandboxes.execute(Run(Program("bash", "true"), replace(named, access=Access(OWNER_B, Intent.LAND))))
 
 
+def test_a_download_and_a_record_that_take_long_are_kept_alive(
+    settings: Settings, runner_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers of bytes are kept alive as JSON ones are: silent past SILENT_SECONDS, a
+    download was a 503, and the runner was taken for dead."""
+    monkeypatch.setattr(protocol, "SILENT_SECONDS", 1.2)  # the client's read timeout, for a quicker test
+    sandboxes = make_sandboxes(runner_settings(settings, runner_url))
+    assert isinstance(sandboxes, RunnerFleet)
+    read = Access(OWNER, Intent.READ)
+    session = new_session(sandboxes, {"a.txt": b"kept"})
+    keep = Keep(ids.derived_id("record"), b"the record")
+    sandboxes.execute(Run(Program("bash", "true"), land(OWNER, session), keep=keep))
+    for name in ("read_file", "read_record"):
+        real = getattr(LocalSandboxes, name)
+
+        def slow(*args: object, real: Any = real) -> Any:
+            time.sleep(protocol.SILENT_SECONDS + 0.5)
+            return real(*args)
+
+        monkeypatch.setattr(LocalSandboxes, name, slow)
+    started = time.monotonic()
+    with sandboxes.read_file(session, read, "a.txt").reader as reader:  # type: ignore[union-attr]
+        assert reader.read() == b"kept"
+    assert sandboxes.read_record(session, read, keep.key) == b"the record"
+    assert time.monotonic() - started > 2 * protocol.SILENT_SECONDS
+    with pytest.raises(errors.FileNotFound):  # a late error crosses as itself
+        sandboxes.read_file(session, read, "missing.txt")
+    sandboxes.close()
+
+
 def test_a_session_the_caller_is_not_admitted_to_is_not_touched(sandboxes: RunnerFleet) -> None:
     session = new_session(sandboxes)
     before = sandboxes.lease(session).touched_at
@@ -180,11 +212,11 @@ def test_two_runs_in_one_session_take_turns_and_each_reports_its_own_files(sandb
     assert [f.path for f in second.changes.created] == ["second.txt"]
 
 
-def test_a_caller_that_goes_away_mid_run_holds_nothing(settings: Settings) -> None:
+def test_a_caller_that_goes_away_mid_run_holds_nothing(settings: Settings, services: Services) -> None:
     """The hold lives inside the request: a caller that gives up (its function was
     stopped) leaves the session to the next call once its run has ended."""
     with running_runner(settings) as (url, _):
-        sandboxes = make_sandboxes(runner_settings(settings, url))
+        sandboxes = services(runner_settings(settings, url)).sandboxes
         session = new_session(sandboxes)
         run = Run(Program("bash", "sleep 2", timeout=20), land(OWNER, session))
         with pytest.raises(httpx.ReadTimeout):

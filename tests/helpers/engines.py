@@ -130,6 +130,7 @@ def engine(name: str, seccomp: Path | None = None, userns: bool = False) -> Iter
         stop(made)
         # With `userns`, dockerd also makes <run>.<uid>.<gid> beside it, for the remapped root.
         for path in (run, *run.parent.glob(f"{run.name}.*")):
+            unmount_beneath(path)  # its exec root's netns/default, which dockerd leaves mounted
             shutil.rmtree(path, ignore_errors=True)
         remove_data_root(data_root)
 
@@ -146,11 +147,16 @@ def remove_containers(engine: Engine) -> None:
 def remove_data_root(data_root: Path) -> None:
     # overlay2 leaves mounts under it (and dockerd its own bind of it) when its engine
     # died: unmount before removing.
+    unmount_beneath(data_root)
+    shutil.rmtree(data_root, ignore_errors=True)
+
+
+def unmount_beneath(path: Path) -> None:
+    """Every mount at `path` or below it, deepest first."""
     for line in reversed(Path("/proc/self/mounts").read_text().splitlines()):
         point = line.split()[1]
-        if point == str(data_root) or point.startswith(f"{data_root}/"):
+        if point == str(path) or point.startswith(f"{path}/"):
             subprocess.run(["umount", "--lazy", point], capture_output=True)
-    shutil.rmtree(data_root, ignore_errors=True)
 
 
 def empty_image(engine: Engine, tag: str = "codeexec/empty:test") -> str:

@@ -93,6 +93,7 @@ def swarm(image: str) -> Iterator[Swarm]:
                 node.docker("swarm", "leave", "--force", check=False)
                 engines.stop(node)
         _network_down()
+        engines.unmount_beneath(run)  # each node's exec root keeps its netns/default mounted
         shutil.rmtree(run, ignore_errors=True)
 
 

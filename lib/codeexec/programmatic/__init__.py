@@ -83,11 +83,6 @@ class Programs:
         where = placement.for_run(caller, order.landing, self.sessions.sandboxes.named_sessions)
         return self._round(caller, workflow, where, order.landing, asked_for, order.run_key)
 
-    def session_of(self, caller: Caller, order: NextRound) -> str:
-        """The session a continuation runs in, its token's: known before its round is
-        taken on, so that it counts against that session's calls in flight."""
-        return self.tokens.verify(order.token, caller.owner.tag()).session
-
     def resume(self, caller: Caller, order: NextRound) -> Asked | Finished:
         """The next round, with the client's answers to the last one's calls."""
         claims = self.tokens.verify(order.token, caller.owner.tag())

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from .. import ids
 from ..auth import Caller
-from ..errors import BadRequest
+from ..errors import BadRequest, FileNotFound, ListingNeeded
 from ..languages import canonical
 from ..large_files import LargeFiles
 from ..sandbox.port import FileInfo, Placement, Program, Quota, Ran, Run, RunSlot, Sandboxes, SendTo
@@ -33,6 +34,10 @@ from .commands import Execute, Landing, Upload
 from .outputs import Report
 
 __all__ = ["Download", "Report", "SessionLimits", "Sessions", "run_key"]
+
+T = TypeVar("T")
+# A listing's slot for a user (the admission's), held while one is taken.
+ListingSlot = Callable[[Hashable], AbstractContextManager[None]]
 
 
 @dataclass(frozen=True)
@@ -74,11 +79,13 @@ class Sessions:
         limits: SessionLimits,
         large_files: LargeFiles | None = None,
         run_slot: RunSlot = contextlib.nullcontext,
+        listing_slot: ListingSlot = lambda user: contextlib.nullcontext(),
     ) -> None:
         self.sandboxes = sandboxes
         self.limits = limits
         self.large_files = large_files
         self.run_slot = run_slot  # the admission's, taken once a run holds its session
+        self.listing_slot = listing_slot  # the admission's, in the caller's listing share
 
     # -- reads --------------------------------------------------------------------------
 
@@ -94,7 +101,10 @@ class Sessions:
         large = self.large_files
         key = large.new_key() if large else None
         send_to = SendTo(large.put_url(key), large.from_bytes) if large and key else None
-        opened = self.sandboxes.read_file(session_id, reading(caller), file_id, send_to)
+        access = reading(caller)
+        opened = self._by_id(
+            caller, session_id, file_id, lambda found: self.sandboxes.read_file(session_id, access, found, send_to)
+        )
         if opened.reader is None:
             return Download(opened.info, key=key)
         if large is None or key is None or not large.is_large(opened.info.size):
@@ -105,14 +115,38 @@ class Sessions:
 
     def stat(self, caller: Caller, session_id: str, file_id: str) -> FileInfo:
         calls.note_session(session_id, caller.owner.tag())
-        return self.sandboxes.stat_file(session_id, reading(caller), file_id)
+        access = reading(caller)
+        return self._by_id(
+            caller, session_id, file_id, lambda found: self.sandboxes.stat_file(session_id, access, found)
+        )
+
+    def _by_id(self, caller: Caller, session_id: str, file_id: str, call: Callable[[str], T]) -> T:
+        """`call` with a file's id; where only a listing of its session finds it, the
+        listing is taken in the caller's listing share (a made-up id's costs a listing's
+        share, not a download's), and `call` given the path found."""
+        try:
+            return call(file_id)
+        except ListingNeeded:
+            pass
+        with self.listing_slot(caller.owner.tag()):
+            listing = self.sandboxes.list_files(session_id, reading(caller))
+        path = next((f.path for f in listing if ids.file_id(session_id, f.path) == file_id), None)
+        if path is None:
+            raise FileNotFound()
+        try:
+            return call(path)
+        except ListingNeeded:  # gone meanwhile, and its path has an id's shape
+            raise FileNotFound() from None
 
     # -- changes ------------------------------------------------------------------------
 
     def remove(self, caller: Caller, session_id: str, file_id: str) -> str:
         """Remove one file; returns its path."""
         calls.note_session(session_id, caller.owner.tag())
-        return self.sandboxes.remove_file(session_id, changing(caller), file_id)
+        access = changing(caller)
+        return self._by_id(
+            caller, session_id, file_id, lambda found: self.sandboxes.remove_file(session_id, access, found)
+        )
 
     def upload(self, caller: Caller, upload: Upload) -> tuple[str, list[str]]:
         """Store every file or none; returns the session and the paths the files got.

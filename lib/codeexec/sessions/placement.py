@@ -29,14 +29,6 @@ def for_run(caller: Caller, asked: Landing, named_sessions: bool) -> Placement:
     return Placement(landing(caller), _candidates(asked))
 
 
-def first_named(caller: Caller, asked: Landing) -> str | None:
-    """The session a run names before it runs (its hint's, the one it asks for, its first
-    own file's): the one whose turn it may wait for. None: it will lease a new one."""
-    if asked.hint:
-        return _hinted(caller, asked.hint)
-    return next(iter(_candidates(asked)), None)
-
-
 def _hinted(caller: Caller, hint: str) -> str:
     owner = caller.owner.tag()
     return ids.derived_id("hint", owner.org, owner.user, hint)

@@ -20,6 +20,9 @@ from ..reaper import ReapReport
 from .calls import Call, current
 
 CALLS = logging.getLogger("codeexec.calls")
+# Asked every second by each replica of a fleet, and by every probe: their lines are DEBUG's
+# unless something went wrong, so that the log says what callers did.
+QUIET_ROUTES = frozenset({"/health", "/v1/health"})
 _TEXT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 
 
@@ -73,6 +76,9 @@ class CallLog:
 
 def call_line(call: Call) -> None:
     """The one line of a call, when its answer has ended."""
+    level = logging.DEBUG if call.route in QUIET_ROUTES and call.status < 400 else logging.INFO
+    if not CALLS.isEnabledFor(level):
+        return
     fields: dict[str, Any] = {
         "method": call.method, "route": call.route, "status": call.status, "ms": round(call.seconds() * 1000, 1),
         "bytes_in": call.received, "bytes_out": call.sent,
@@ -88,5 +94,4 @@ def call_line(call: Call) -> None:
         "reason": call.refused,
     }
     fields.update((name, value) for name, value in optional.items() if value)
-    if CALLS.isEnabledFor(logging.INFO):
-        CALLS.info("call", extra={"request_id": call.request_id, **fields})
+    CALLS.log(level, "call", extra={"request_id": call.request_id, **fields})

@@ -5,7 +5,6 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ...sessions.placement import first_named
 from ...telemetry import calls
 from ...wire import ExecRequest
 from .. import commands
@@ -26,5 +25,5 @@ async def execute(body: ExecRequest, request: Request, service: ServiceDep, call
     order = commands.execute(body, request, caller)
     caller = caller.named(body.user_id)  # G1 LibreChat names its user in the body
     work = lambda: exec_reply(service.sessions.execute(caller, order), body.lang)  # noqa: E731
-    run = service.admission.start_run(caller.owner.tag(), first_named(caller, order.landing), work, caller.key)
+    run = service.admission.start_run(caller.owner.tag(), work, caller.key)
     return await answer(run, service.settings.exec_keepalive_seconds)

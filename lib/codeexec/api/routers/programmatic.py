@@ -10,7 +10,6 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
 from ...programmatic.commands import NextRound
-from ...sessions.placement import first_named
 from ...wire import ProgrammaticRequest, Text
 from .. import commands
 from ..body_limits import JSON_BODY, body_limit
@@ -36,12 +35,11 @@ async def programmatic(body: ProgrammaticRequest, request: Request, service: Ser
     order = commands.programmatic(body, request, caller)
     caller = caller.named(body.user_id)
     programs, user = service.programs, caller.owner.tag()
-    if isinstance(order, NextRound):  # its session is in the token, known once it verifies
+    if isinstance(order, NextRound):
         work = lambda: programmatic_reply(programs.resume(caller, order))  # noqa: E731
-        run = service.admission.start_run(user, programs.session_of(caller, order), work, caller.key)
     else:
         work = lambda: programmatic_reply(programs.start(caller, order))  # noqa: E731
-        run = service.admission.start_run(user, first_named(caller, order.landing), work, caller.key)
+    run = service.admission.start_run(user, work, caller.key)
     return await answer(run, service.settings.exec_keepalive_seconds)
 
 
