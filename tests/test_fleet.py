@@ -188,12 +188,12 @@ def test_a_runner_that_stops_is_a_quick_503_and_comes_back_with_its_files(
 
 
 def test_a_call_that_falls_silent_fails_alone(
-    settings: Settings, fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, fleet: Fleet, monkeypatch: pytest.MonkeyPatch, services: Services
 ) -> None:
     """A runner is down only when it takes no connection or its /health fails: one call
     silent too long was taken for the runner's death, and everyone's calls were 503s."""
     monkeypatch.setattr(protocol, "SILENT_SECONDS", 1.0)  # the client's patience, for a quicker test
-    client = TestClient(replica(settings, fleet), headers=CALLER)
+    client = TestClient(replica(settings, fleet, services), headers=CALLER)
     session = session_on_runner(client, 1, b"a")
     fleet.apps[1].silent_on = "silent.txt"
     assert client.get(f"/v1/download/{session}/silent.txt").status_code == 503
