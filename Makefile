@@ -108,8 +108,11 @@ runner: install ## the sandbox port over HTTP on 127.0.0.1:8080, for SANDBOX_BAC
 # (warm_bench.py), the environment's disk, install and import costs, one reaper pass over 10,000 leases, the
 # service under more than it takes on, one user beside another that keeps every run it may
 # going (fairness_bench.py), the round trips a call makes to a runner 25 ms away (a
-# delaying proxy on loopback), a fleet of three runners against one (fleet_bench.py), and what
-# telemetry and the console cost (telemetry_bench.py). It also
+# delaying proxy on loopback), a fleet of three runners against one (fleet_bench.py), what a
+# cold run's own init costs against bwrap's (cold_init_bench.py), what a run can still learn
+# of the shared page cache (page_cache_bench.py), a bare file id found by a session's record
+# of ids against a listing (file_ids_bench.py), and what telemetry and the console cost
+# (telemetry_bench.py). It also
 # times init and first requests on the functions' python3.12 (pyenv's, else one on the
 # PATH) when there is one, in a venv of its own holding the layer's requirements.
 .PHONY: bench
@@ -127,6 +130,9 @@ bench: install ## the benchmark figures (docs/performance.md; BENCH_ARGS=--quick
 	$(BIN)/python bench/fairness_bench.py
 	$(BIN)/python bench/round_trips_bench.py
 	$(BIN)/python bench/fleet_bench.py
+	$(BIN)/python bench/cold_init_bench.py
+	$(BIN)/python bench/page_cache_bench.py
+	$(BIN)/python bench/file_ids_bench.py
 	$(BIN)/python bench/telemetry_bench.py
 
 lint: $(VENV)/.installed ## ruff

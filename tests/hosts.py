@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from typing import IO
 
 # A /24 per host under 10.231/16, far from what Docker and the swarm tests take.
 SUBNET = "10.231"
@@ -52,11 +53,12 @@ class Host:
     def mend(self) -> None:
         _ip("link", "set", self.link, "up")
 
-    def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    def start(self, argv: list[str], env: dict[str, str], output: IO[str]) -> subprocess.Popen[str]:
+        """`argv` in the host, its output to a file (a pipe nobody read would fill, and then
+        block every log line the process writes)."""
         return subprocess.Popen(
-            ["ip", "netns", "exec", self.namespace, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
+            ["ip", "netns", "exec", self.namespace, *argv], env=env, stdout=output, stderr=subprocess.STDOUT, text=True
+        )
 
 
 @contextlib.contextmanager

@@ -7,8 +7,11 @@ import json
 
 from fastapi.testclient import TestClient
 
+from codeexec.settings import Settings
+
 from .calls import file_id, run, upload
 from .conftest import API_KEY
+from .helpers.processes import modules_imported
 from .serving import Services
 
 
@@ -239,3 +242,22 @@ def test_chunked_upload_without_a_length_stops_at_the_limit(app, settings) -> No
     assert replies[0]["status"] == 413
     assert json.loads(replies[1]["body"])["error"] == "Payload too large"
     assert handed_out * len(chunk) < 2 * settings.max_upload_bytes  # it stopped reading at the limit
+
+
+def test_each_route_holds_a_body_to_its_own_limit(client: TestClient, settings: Settings) -> None:
+    # Issue 44, item 4: each route declares its limit (api/body_limits.py): an upload is held
+    # to the file's (MAX_UPLOAD_BYTES), a program to the request's (MAX_REQUEST_BYTES).
+    assert settings.max_upload_bytes < 6_000_000 < settings.max_request_bytes
+    program = b'{"lang": "py", "code": "print(42)"}' + b" " * 6_000_000
+    reply = client.post("/v1/exec", content=program, headers={"Content-Type": "application/json"})
+    assert (reply.status_code, reply.json()["stdout"]) == (200, "42\n")
+    for path in ("/v1/upload", "/v1/upload/batch"):
+        refused = client.post(path, content=program, headers={"Content-Type": "multipart/form-data; boundary=x"})
+        assert refused.status_code == 413 and "byte limit" in refused.json()["details"], path
+
+
+def test_the_domain_reads_no_request_shape() -> None:
+    """Issue 44, item 4: the API turns a request into the domain's own command
+    (api/commands.py); sessions and programmatic workflows import neither the wire nor the API."""
+    domain = "codeexec.sessions, codeexec.programmatic"
+    assert modules_imported(domain, ("fastapi", "codeexec.api", "codeexec.wire")) == []

@@ -24,7 +24,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from codeexec import connections
+from codeexec import connections, ids
 from codeexec.api import gate
 from codeexec.api.app import create_app
 from codeexec.reaper import reap
@@ -129,6 +129,29 @@ def test_uploads_waiting_for_a_busy_session_are_bounded(api: httpx.Client) -> No
         running.result()
     # One user alone has 3 of the 4 upload slots (one is kept for whoever comes next).
     assert sorted(u.status_code for u in uploads) == [200] * 3 + [429] * 5
+
+
+def test_a_sessions_calls_are_counted_where_they_land(settings: Settings, services: Services) -> None:
+    """Issue 42, item 9: a session takes three calls at once, counted by the session each
+    lands in. They were counted by the session each named: six runs naming six sessions
+    that are gone, with a file of one session of the caller's, all waited for that one,
+    and six naming one gone session, each landing in a new one, were refused past three."""
+    app = create_app(services(settings.model_copy(update={"max_concurrent_runs": 8})))  # a user alone: 6 in flight
+    with serving(app) as url, httpx.Client(base_url=url, headers=KEY, timeout=60) as api:
+        landing = exec_(api, "echo x > x.txt", lang="bash")["session_id"]
+        ref = [{"id": ids.file_id(landing, "x.txt"), "name": "x.txt", "session_id": landing}]
+
+        def sleep(named: str, files: list[dict[str, str]]) -> int:
+            body = {"lang": "bash", "code": "sleep 1", "session_id": named, "files": files}
+            return api.post("/v1/exec", json=body).status_code
+
+        with ThreadPoolExecutor(6) as pool:
+            into_one = list(pool.map(lambda _: sleep(ids.new_session_id(), ref), range(6)))
+            gone = ids.new_session_id()
+            each_its_own = list(pool.map(lambda _: sleep(gone, []), range(6)))
+        assert sorted(into_one) == [200] * 3 + [429] * 3
+        assert each_its_own == [200] * 6
+        still_serves(api)
 
 
 def test_a_long_run_keeps_its_connection_alive(settings: Settings, services: Services) -> None:

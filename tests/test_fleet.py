@@ -23,7 +23,7 @@ from pydantic import SecretStr, ValidationError
 
 from codeexec import ids
 from codeexec.api.app import create_app
-from codeexec.sandbox.runner import FleetConfig, RunnerFleet
+from codeexec.sandbox.runner import FleetConfig, RunnerFleet, protocol
 from codeexec.settings import Settings
 
 from .calls import run, session_on_runner, upload
@@ -185,6 +185,20 @@ def test_a_runner_that_stops_is_a_quick_503_and_comes_back_with_its_files(
         assert time.monotonic() < deadline, "the runner's sessions did not come back"
         time.sleep(0.2)
     assert client.get(f"/v1/download/{gone}/a.txt").content == b"a"
+
+
+def test_a_call_that_falls_silent_fails_alone(
+    settings: Settings, fleet: Fleet, monkeypatch: pytest.MonkeyPatch, services: Services
+) -> None:
+    """A runner is down only when it takes no connection or its /health fails: one call
+    silent too long was taken for the runner's death, and everyone's calls were 503s."""
+    monkeypatch.setattr(protocol, "SILENT_SECONDS", 1.0)  # the client's patience, for a quicker test
+    client = TestClient(replica(settings, fleet, services), headers=CALLER)
+    session = session_on_runner(client, 1, b"a")
+    fleet.apps[1].silent_on = "silent.txt"
+    assert client.get(f"/v1/download/{session}/silent.txt").status_code == 503
+    assert client.get(f"/v1/download/{session}/a.txt").content == b"a"
+    assert {"index": 1, "up": True} in client.get("/health").json()["runners"]
 
 
 def test_health_is_a_503_when_no_runner_answers(settings: Settings, fleet: Fleet, client: TestClient) -> None:

@@ -7,15 +7,20 @@ running with it through the real @librechat/agents 3.9.2."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -26,12 +31,17 @@ from codeexec.api.app import create_app
 from codeexec.reaper import reap
 from codeexec.sandbox.local import btrfs
 from codeexec.sandbox.local.storage import Storage
+from codeexec.sandbox.runner import protocol
+from codeexec.sandbox.runner.fleet import HEALTH_INTERVAL_SECONDS
 from codeexec.settings import Settings
 
 from .calls import run, session_on_runner, upload
 from .conftest import API_KEY
+from .helpers.contract import drive_g2_client
+from .helpers.g2 import KID, g2_settings
+from .helpers.tokens import Issuer
 from .hosts import Host, available, hosts
-from .serving import RUNNER_KEY, Services, fleet_settings
+from .serving import RUNNER_KEY, Services, fleet_settings, serving
 
 pytestmark = [pytest.mark.root, pytest.mark.skipif(not available(), reason="needs root and iproute2")]
 
@@ -39,15 +49,21 @@ PORT = 8080
 IDLE_SECONDS = 12  # each runner's own reaper ends a session idle this long
 CALLER = {"X-API-Key": API_KEY, "User-Id": "64f0c0ffee0000000000abcd"}
 CLIENTS = Path(__file__).parent / "contract_g2"
+SKILLS = Path(__file__).parent / "skills"
 
 
 class HostRunner:
     """`python -m codeexec.runner` on a host, as runner `index` of the fleet."""
 
-    def __init__(self, host: Host, root: Path) -> None:
+    def __init__(self, host: Host, root: Path, output: IO[str]) -> None:
         self.host, self.root = host, root
         self.url = f"http://{host.address}:{PORT}"
         self.process: subprocess.Popen[str] | None = None
+        self.output = output  # what it logs, every start of it
+
+    def said(self) -> str:
+        self.output.seek(0)
+        return self.output.read()
 
     def start(self) -> None:
         uid = str(61001 + self.host.index)
@@ -56,11 +72,13 @@ class HostRunner:
             "RUNNER_PORT": str(PORT), "RUNNER_INDEX": str(self.host.index), "SANDBOX_ROOT": str(self.root),
             "SANDBOX_UID": uid, "SANDBOX_GID": uid, "WARM_PYTHON": "0", "WARM_SANDBOXES": "0", "WARM_SCIENTIFIC": "0",
             "IDLE_TIMEOUT_SECONDS": str(IDLE_SECONDS), "REAP_INTERVAL_SECONDS": "1",
+            # The library under test, where it is not the one installed (a worktree's).
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
         }  # fmt: skip
-        self.process = self.host.start([sys.executable, "-m", "codeexec.runner"], env)
+        self.process = self.host.start([sys.executable, "-m", "codeexec.runner"], env, self.output)
         deadline = time.monotonic() + 30
         while not self.answers():
-            assert self.process.poll() is None, self.process.stdout.read() if self.process.stdout else ""
+            assert self.process.poll() is None, self.said()
             assert time.monotonic() < deadline, "the runner did not start"
             time.sleep(0.2)
 
@@ -99,8 +117,9 @@ def remove_root(root: Path) -> None:
 
 @pytest.fixture(scope="module")
 def runners() -> Iterator[list[HostRunner]]:
-    with hosts(3) as made:
-        started = [HostRunner(host, sandbox_root(host.index, 61001 + host.index)) for host in made]
+    with hosts(3) as made, contextlib.ExitStack() as logs:
+        output = [logs.enter_context(tempfile.TemporaryFile("w+")) for _ in made]
+        started = [HostRunner(host, sandbox_root(host.index, 61001 + host.index), output[host.index]) for host in made]
         try:
             for runner in started:
                 runner.start()
@@ -174,6 +193,75 @@ def test_a_runner_that_fails_is_a_503_in_time_and_the_others_see_nothing(
     back_with_files(other_replica, failing)
 
 
+def test_a_frozen_runner_that_wakes_serves_again_within_one_health_interval(
+    replicas: list[TestClient], runners: list[HostRunner]
+) -> None:
+    """Downloads of its session from both replicas all along: 503s while it is frozen, and
+    only 200s once it is back (a call cut or silent while it was frozen keeps it down no
+    longer than its next /health, and its log, which nobody read, never blocks it)."""
+    frozen = session_on_runner(replicas[0], 1, b"kept")
+    answers: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def fetch(client: TestClient) -> None:
+        while not stop.is_set():
+            answers.append((time.monotonic(), client.get(f"/v1/download/{frozen}/a.txt").status_code))
+
+    fetching = [threading.Thread(target=fetch, args=(replicas[n % 2],)) for n in range(4)]
+    for thread in fetching:
+        thread.start()
+    time.sleep(0.5)
+    runners[1].signal(signal.SIGSTOP)
+    time.sleep(2 * protocol.SILENT_SECONDS)  # its /health asked, and unanswered, twice
+    runners[1].signal(signal.SIGCONT)
+    back = time.monotonic() + HEALTH_INTERVAL_SECONDS + 0.5  # an ask under way, then one more
+    time.sleep(HEALTH_INTERVAL_SECONDS + 2)
+    stop.set()
+    for thread in fetching:
+        thread.join()
+    assert {status for _, status in answers} == {200, 503}
+    after = [status for at, status in answers if at > back]
+    assert len(after) > 10 and set(after) == {200}, after
+
+
+def test_downloads_of_made_up_ids_in_a_large_session_cost_no_other_user_a_call(
+    replicas: list[TestClient], runners: list[HostRunner], caplog: pytest.LogCaptureFixture
+) -> None:
+    """One user's 12 downloads at once of ids that name nothing, in its own session of
+    30,000 files, for as long as another user makes 40 calls on the same runner: each was
+    a listing of the session (about 0.3 s), no answer was kept alive, and the first one
+    silent for 2.5 s marked the runner down for everyone."""
+    attacker, other = (TestClient(replicas[0].app, headers={**CALLER, "User-Id": user})
+                       for user in ("64f0c0ffee00000000000bad", "64f0c0ffee0000000000900d"))  # fmt: skip
+    large = session_on_runner(attacker, 1, b"x")
+    many = "for n in range(30000):\n    open(f'f{n}', 'w').close()"
+    run(attacker, many, session_id=large, user_id="64f0c0ffee00000000000bad")
+    own = session_on_runner(other, 1, b"kept")
+    stop = threading.Event()
+    refused: list[int] = []
+
+    def made_up(n: int) -> None:
+        while not stop.is_set():
+            made = ids.derived_id("made up", str(n), str(time.monotonic()))
+            refused.append(attacker.get(f"/v1/download/{large}/{made}").status_code)
+
+    attacks = [threading.Thread(target=made_up, args=(n,)) for n in range(12)]
+    with caplog.at_level(logging.WARNING, logger="codeexec.runner.fleet"):
+        for thread in attacks:
+            thread.start()
+        answered = []
+        for _ in range(40):
+            answered.append(other.get(f"/v1/download/{own}/a.txt").status_code)
+            time.sleep(0.1)
+        stop.set()
+        for thread in attacks:
+            thread.join()
+    assert answered == [200] * 40
+    assert refused and set(refused) <= {404, 429}, collections.Counter(refused)
+    assert "runner 1" not in caplog.text
+    assert other.get("/health").status_code == 200
+
+
 def test_each_runner_reaps_its_own_and_the_service_lists_no_fleet(
     replicas: list[TestClient], runners: list[HostRunner]
 ) -> None:
@@ -185,11 +273,28 @@ def test_each_runner_reaps_its_own_and_the_service_lists_no_fleet(
     assert [client.get(f"/v1/download/{s}/a.txt").status_code for s in sessions] == [404, 404, 404]
 
 
+def test_a_skill_on_another_runner_reaches_the_run_through_librechat(
+    runners: list[HostRunner], settings: Settings, tmp_path: Path, services: Services
+) -> None:
+    """A skill's session is the organization's: a colleague's run reads it from another
+    runner as it would on one host (it was refused there, and the run went without)."""
+    issuer = Issuer(tmp_path / "jwks.json")
+    issuer.add_key(KID, "EdDSA")
+    app = create_app(services(g2_settings(fleet_settings(settings, [r.url for r in runners]), issuer)))
+    with serving(app) as base:
+        result = drive_g2_client(f"{base}/v1", issuer, "skills_client.mjs", "elsewhere")
+    assert result["client"]["version"] == "3.9.2" and result["status"] == 200
+    landed = [ids.runner_of(ran["artifact"]["session_id"]) for ran in result["runs"]]
+    assert landed[-1] != ids.runner_of(result["skill_session"]), landed
+    scripts = sorted(path.name for path in (SKILLS / "pdf" / "scripts").iterdir())
+    size = (SKILLS / "pdf" / "scripts" / "check_fillable_fields.py").stat().st_size
+    for ran in result["runs"]:
+        assert ran["content"] == "stdout:\n" + "\n".join([*scripts, str(size)]), ran["content"]
+
+
 def test_librechat_uploads_again_after_its_host_died_and_runs(
     replicas: list[TestClient], runners: list[HostRunner], settings: Settings
 ) -> None:
-    from .serving import serving
-
     assert (CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
     with serving(replicas[0].app) as base:
         env = {"PATH": os.environ["PATH"], "LIBRECHAT_CODE_BASEURL": f"{base}/v1", "CODE_API_KEY": API_KEY}

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 
 import httpx
+import pytest
 from fastapi.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
 
@@ -18,8 +19,11 @@ from codeexec.settings import Settings
 from .serving import serving
 
 
-def test_the_run_hook_reads_a_bounded_body_and_refuses_deep_json(settings: Settings, client: TestClient) -> None:
+def test_the_run_hook_reads_a_bounded_body_and_refuses_deep_json(
+    settings: Settings, client: TestClient, request: pytest.FixtureRequest
+) -> None:
     runner = build_runner(settings)
+    request.addfinalizer(runner.close)
     hook_app = create_hook_app(runner, ready=lambda: True)
     read = 0  # the body's bytes the hook app took in
 

@@ -169,6 +169,19 @@ def test_continuation_tokens_are_the_callers_and_used_once(app: FastAPI, issuer:
     assert "spent" in replayed.json()["details"]
 
 
+def test_a_continuation_that_sends_the_first_rounds_files_again_is_answered(local_app: FastAPI, issuer: Issuer) -> None:
+    # Issue 44, item 4: the files came with the first round, which placed them; the next
+    # round's were matched against the inputs it placed (none) and the service answered 500.
+    alice = user(local_app, issuer)
+    up = alice.post("/v1/upload", files={"file": ("data.csv", b"1,2\n")}).json()
+    ref = {"id": up["files"][0]["fileId"], "name": "data.csv", "storage_session_id": up["session_id"], "kind": "user"}
+    code = "await get_weather(city='x')\nprint(open('/mnt/data/data.csv').read(), end='')"
+    asked = post(alice, {"code": code, "tools": TOOLS, "files": [ref]})
+    results = [{"call_id": asked["tool_calls"][0]["id"], "result": {"sky": "clear"}}]
+    done = post(alice, {"continuation_token": asked["continuation_token"], "tool_results": results, "files": [ref]})
+    assert (done["status"], done["stdout"], done["session_id"]) == ("completed", "1,2\n", up["session_id"])
+
+
 def test_cancel_stops_the_run_of_a_request(local_app: FastAPI, issuer: Issuer) -> None:
     # Local only: on AgentCore a cancel reaching another function finds no run (docs/api.md).
     alice = user(local_app, issuer)

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from fastapi.testclient import TestClient
 
-from codeexec.api.admission import SESSION_CALLS
+from codeexec.sandbox.port import SESSION_CALLS
 
 from .calls import run
 from .conftest import API_KEY

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from codeexec import ids
 from codeexec.api.service import Service
 from codeexec.auth import Caller
 from codeexec.errors import SessionNotFound
@@ -22,8 +23,8 @@ from codeexec.reaper import reap
 from codeexec.sandbox.local import LocalSandboxes
 from codeexec.sandbox.port import Owner
 from codeexec.sessions import SessionLimits, Sessions
+from codeexec.sessions.commands import Execute, Landing
 from codeexec.settings import Settings
-from codeexec.wire import ExecRequest
 
 from .serving import Services, serving
 
@@ -114,7 +115,7 @@ def test_a_session_in_a_long_run_is_not_ended(sandboxes: LocalSandboxes) -> None
 
 def test_a_real_run_holds_its_session(sandboxes: LocalSandboxes, settings: Settings) -> None:
     session = new_session(sandboxes)
-    request = ExecRequest(lang="bash", code="sleep 1.5; echo done > done.txt", session_id=session)
+    request = Execute("bash", "sleep 1.5; echo done > done.txt", landing=Landing(session_id=session))
     with ThreadPoolExecutor(1) as pool:
         reply = pool.submit(sessions_over(sandboxes).execute, Caller("default", None), request)
         time.sleep(0.5)
@@ -155,6 +156,27 @@ def test_an_ending_that_failed_halfway_is_finished_next_pass(sandboxes: LocalSan
     assert not tomb.exists()
 
 
+@pytest.mark.parametrize("cut", ["no lease", "a torn lease", "a lease and no lock"])
+def test_a_session_cut_while_it_was_made_is_reclaimed_after_a_minute(sandboxes: LocalSandboxes, cut: str) -> None:
+    """Nothing could open it, and no listing named it: it was kept for good. One being
+    made now is never taken."""
+    cut_short = []
+    for age in (120, 0):
+        path = sandboxes.storage.create_session(ids.new_session_id())
+        (path / "data").mkdir()
+        (path / "data" / "a.txt").write_bytes(b"a")
+        whole = {"owner": {"org": "default", "user": ""}, "shared": False, "read_only": False, "leased_at": 0,
+                 "ttl_seconds": 60}  # fmt: skip
+        if cut != "no lease":
+            (path / "lease.json").write_text(json.dumps(whole)[: 30 if cut == "a torn lease" else None])
+        os.utime(path, (time.time() - age, time.time() - age))
+        cut_short.append(path)
+    kept = new_session(sandboxes)
+    assert reap(sandboxes, idle_timeout=HOUR).seen == 1
+    assert [path.exists() for path in cut_short] == [False, True]  # the minute-old one went
+    assert [lease.session_id for lease in sandboxes.leases()] == [kept]
+
+
 def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> None:
     doomed = [new_session(sandboxes) for _ in range(10)]
     for session in doomed:
@@ -162,7 +184,7 @@ def test_reaper_and_20_concurrent_runs_interleave(sandboxes: LocalSandboxes) -> 
         os.utime(sandboxes.root / session / "lock", (past, past))
 
     def one_run(i: int) -> tuple[str, str, list[str]]:
-        request = ExecRequest(lang="py", code=f"open('f{i}.txt','w').write('{i}')\nprint({i})")
+        request = Execute("py", f"open('f{i}.txt','w').write('{i}')\nprint({i})")
         reply = sessions_over(sandboxes).execute(Caller("default", None), request)
         return reply.session_id, reply.stdout, [f.path for f in reply.outputs]
 

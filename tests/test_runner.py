@@ -16,22 +16,25 @@ import tracemalloc
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from codeexec import errors
+from codeexec import errors, ids
 from codeexec.api.app import create_app
 from codeexec.sandbox import make_sandboxes
-from codeexec.sandbox.port import Access, Intent, Limit, OwnerTag, Placement, Program, Ran, Run
-from codeexec.sandbox.runner import RunnerFleet
+from codeexec.sandbox.local import LocalSandboxes
+from codeexec.sandbox.port import Access, Intent, Keep, Limit, OwnerTag, Placement, Program, Ran, Run
+from codeexec.sandbox.runner import RunnerFleet, protocol
 from codeexec.sandbox.runner.protocol import KEY_HEADER, frames, frames_of, run_json
 from codeexec.settings import Settings
 
 from .calls import run, upload
 from .conftest import API_KEY
+from .helpers.processes import modules_imported
 from .serving import RUNNER_KEY, Services, free_port, runner_settings, running_runner
 
 OWNER = OwnerTag("org", "user")
@@ -129,6 +132,36 @@ def test_errors_cross_as_the_librarys_own(sandboxes: RunnerFleet) -> None:
     named = Placement(Access(OWNER, Intent.LAND), named=session)  # a session of the same id exists: not for landing
     with pytest.raises(errors.Conflict):
         sandboxes.execute(Run(Program("bash", "true"), replace(named, access=Access(OWNER_B, Intent.LAND))))
+
+
+def test_a_download_and_a_record_that_take_long_are_kept_alive(
+    settings: Settings, runner_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers of bytes are kept alive as JSON ones are: silent past SILENT_SECONDS, a
+    download was a 503, and the runner was taken for dead."""
+    monkeypatch.setattr(protocol, "SILENT_SECONDS", 1.2)  # the client's read timeout, for a quicker test
+    sandboxes = make_sandboxes(runner_settings(settings, runner_url))
+    assert isinstance(sandboxes, RunnerFleet)
+    read = Access(OWNER, Intent.READ)
+    session = new_session(sandboxes, {"a.txt": b"kept"})
+    keep = Keep(ids.derived_id("record"), b"the record")
+    sandboxes.execute(Run(Program("bash", "true"), land(OWNER, session), keep=keep))
+    for name in ("read_file", "read_record"):
+        real = getattr(LocalSandboxes, name)
+
+        def slow(*args: object, real: Any = real) -> Any:
+            time.sleep(protocol.SILENT_SECONDS + 0.5)
+            return real(*args)
+
+        monkeypatch.setattr(LocalSandboxes, name, slow)
+    started = time.monotonic()
+    with sandboxes.read_file(session, read, "a.txt").reader as reader:  # type: ignore[union-attr]
+        assert reader.read() == b"kept"
+    assert sandboxes.read_record(session, read, keep.key) == b"the record"
+    assert time.monotonic() - started > 2 * protocol.SILENT_SECONDS
+    with pytest.raises(errors.FileNotFound):  # a late error crosses as itself
+        sandboxes.read_file(session, read, "missing.txt")
+    sandboxes.close()
 
 
 def test_a_session_the_caller_is_not_admitted_to_is_not_touched(sandboxes: RunnerFleet) -> None:
@@ -269,10 +302,5 @@ def test_python_m_codeexec_runner_serves_and_reaps_on_its_own_timer(sandbox_root
 
 def test_the_runner_imports_neither_the_api_nor_the_embedded_server() -> None:
     """What a MicroVM starts: the port over HTTP, without FastAPI's import time."""
-    probe = (
-        "import sys, codeexec.runner.__main__\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'fastapi' or m.startswith(('codeexec.api', "
-        "'codeexec.server', 'codeexec.sessions', 'codeexec.programmatic'))))"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    layers = ("fastapi", "codeexec.api", "codeexec.server", "codeexec.sessions", "codeexec.programmatic")
+    assert modules_imported("codeexec.runner.__main__", layers) == []

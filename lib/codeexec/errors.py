@@ -112,6 +112,17 @@ class Conflict(ServiceError):
     default_details = "the request conflicts with the session's state"
 
 
+class ListingNeeded(ServiceError):
+    """A bare file id its session cannot find without a listing (the session's record of
+    its files' ids is not whole: a crash cut a run short, or the session is older than the
+    record). Never a client's answer: `Sessions` lists the session in the caller's listing
+    share and asks again by the file's path."""
+
+    status = 409
+    error = "listing_needed"
+    default_details = "only a listing of the session finds that file id"
+
+
 class TooLarge(ServiceError):
     status = 413
     error = "Payload too large"

@@ -1,15 +1,14 @@
 """The requests of the LibreChat Code Interpreter API (docs/api.md), as the real clients
 send them: measured, not designed here.
 
-What the service answers is built in one place, `codeexec.api.replies`."""
+What a request means is read in one place, `codeexec.api.commands`, which turns it into the
+domain's own command; what the service answers is built in one place, `codeexec.api.replies`."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
-
-from .languages import canonical
 
 # What one exec may ask for: Linux takes an argument of at most 128 KiB (MAX_ARG_STRLEN);
 # inputs past a thousand are not a program's, they are a flood.
@@ -29,8 +28,8 @@ def _utf8(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(_utf8)]
 
-# G2's resource kinds. An upload of kind `agent` or `skill` is shared by every user of the
-# organization (the upload route); on a file ref the kind is echoed back for the client's books.
+# G2's resource kinds. An agent's or a skill's files are shared by every user of the
+# organization (api/commands.py); on a file ref the kind is echoed back for the client's books.
 Kind = Literal["skill", "agent", "user"]
 
 
@@ -69,12 +68,6 @@ class RunRequest(BaseModel):
     user_id: Text | None = None
     # The conversation, in the stateful profile: one session per organization, user and hint.
     runtime_session_hint: Annotated[Text, Field(max_length=128)] | None = None
-
-    @property
-    def lists_inherited(self) -> bool:
-        """G2 clients (their file refs carry a `kind`) expect unchanged inputs echoed back
-        marked `inherited`, so they can tell them from outputs; G1 clients list no inputs."""
-        return any(ref.kind for ref in self.files)
 
 
 class ExecRequest(RunRequest):
@@ -119,7 +112,3 @@ class ProgrammaticRequest(RunRequest):
     timeout: float | None = Field(default=None, gt=0)  # milliseconds, for one round
     continuation_token: Text | None = None
     tool_results: list[ToolResult] | None = Field(default=None, max_length=200)
-
-    @property
-    def bash(self) -> bool:
-        return canonical(self.language or self.lang or "py") == "bash"

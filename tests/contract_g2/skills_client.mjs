@@ -7,8 +7,12 @@
  * SKILL.md files say), with the skill's refs injected as primeSkillFiles injects them.
  * Prints ONE JSON object: each run's content and artifact, and what a last run read back.
  *
+ * With `elsewhere` (a fleet of runners): the pdf skill uploaded by another user of the tenant,
+ * then the user's runs that read it, each in a new session, until one lands on another runner than the skill's (a session id's
+ * first character names its runner); prints the skill's session and those runs.
+ *
  *   env LIBRECHAT_CODE_BASEURL=http://127.0.0.1:PORT/v1 G2_PRIVATE_KEY_PEM=<PEM> G2_KID=<kid>
- *       G2_TENANT=<tenant> node skills_client.mjs
+ *       G2_TENANT=<tenant> node skills_client.mjs [elsewhere]
  */
 import { readFileSync, readdirSync } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -27,7 +31,9 @@ keepTrafficLocal();
 const USER = '64f0c0ffee0000000000d0c5';
 const SKILLS = fileURLToPath(new URL('../skills/', import.meta.url));
 const SKILL_IDS = { docx: '6650aa00aa00aa00aa00d0cx', xlsx: '6650aa00aa00aa00aa00x1sx', pptx: '6650aa00aa00aa00aa00pptx', pdf: '6650aa00aa00aa00aa000pdf' };
-const bearer = () => ({ Authorization: `Bearer ${mint({ ...KEY, user: USER })}` });
+// Who primed a skill's upload: another user of the tenant (a skill is the organization's).
+const AUTHOR = '64f0c0ffee0000000000a07h';
+const bearer = (user = USER) => ({ Authorization: `Bearer ${mint({ ...KEY, user })}` });
 
 const agents = await importIsolated(() => import('@librechat/agents'), 'skills-client-').catch(fail);
 const { createCodeExecutionTool, Constants } = agents;
@@ -130,18 +136,37 @@ print(json.dumps({
 }))
 `;
 
-try {
+/** A skill uploaded as one batch, and the refs primeSkillFiles makes of the echoed filenames (SKILL.md left out). */
+async function uploadSkill(name, user = USER) {
+  const identity = { kind: 'skill', id: SKILL_IDS[name], version: 1 };
+  const uploaded = await upload(BASE, bearer(user), identity, bundle(name), { batch: true, readOnly: true, user });
+  const refs = (uploaded.body.files ?? []).filter((f) => !f.filename.endsWith('/SKILL.md')).map((f) => ({
+    id: f.fileId, resource_id: SKILL_IDS[name], name: f.filename, storage_session_id: uploaded.body.storage_session_id,
+    kind: 'skill', version: 1,
+  }));
+  return { uploaded, refs };
+}
+
+const READ_SKILL = 'cd /mnt/data/skills/pdf && ls scripts && wc -c < scripts/check_fillable_fields.py';
+
+async function elsewhere() {
+  const { uploaded, refs } = await uploadSkill('pdf', AUTHOR);
+  const session = uploaded.body.storage_session_id;
+  const runs = [];
+  while (runs.length < 12 && !runs.some((r) => r.artifact?.session_id?.[0] !== session[0])) {
+    runs.push(await invoke({ lang: 'bash', code: READ_SKILL }, refs));
+  }
+  return { status: uploaded.status, skill_session: session, runs };
+}
+
+/** Every document skill uploaded, then a user's turns that run their scripts, then a read-back. */
+async function documents() {
   const uploads = {};
   const skillRefs = {};
   for (const name of Object.keys(SKILL_IDS)) {
-    const identity = { kind: 'skill', id: SKILL_IDS[name], version: 1 };
-    const uploaded = await upload(BASE, bearer(), identity, bundle(name), { batch: true, readOnly: true, user: USER });
+    const { uploaded, refs } = await uploadSkill(name);
     uploads[name] = { status: uploaded.status, files: (uploaded.body.files ?? []).map((f) => f.filename) };
-    // primeSkillFiles: refs from the echoed filenames, SKILL.md left out.
-    skillRefs[name] = (uploaded.body.files ?? []).filter((f) => !f.filename.endsWith('/SKILL.md')).map((f) => ({
-      id: f.fileId, resource_id: SKILL_IDS[name], name: f.filename, storage_session_id: uploaded.body.storage_session_id,
-      kind: 'skill', version: 1,
-    }));
+    skillRefs[name] = refs;
   }
 
   const inputs = await invoke({ lang: 'py', code: MAKE_INPUTS }, []);
@@ -160,11 +185,14 @@ try {
     id: f.id, resource_id: USER, name: f.name, storage_session_id: f.storage_session_id ?? latest.session_id, kind: 'user',
   }));
   const readBack = await invoke({ lang: 'py', code: READ_BACK }, refs);
+  return { uploads, inputs, runs, outputs: Object.keys(mine).sort(), read_back: readBack };
+}
 
+try {
+  const result = process.argv[2] === 'elsewhere' ? await elsewhere() : await documents();
   clearTimeout(watchdog);
   process.stdout.write(JSON.stringify({
-    client: { package: '@librechat/agents', version: agentsVersion(import.meta.url) },
-    uploads, inputs, runs, outputs: Object.keys(mine).sort(), read_back: readBack,
+    client: { package: '@librechat/agents', version: agentsVersion(import.meta.url) }, ...result,
   }) + '\n');
 } catch (e) {
   fail(e);

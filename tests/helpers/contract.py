@@ -63,7 +63,7 @@ G2_CLIENTS = Path(__file__).parent.parent / "contract_g2"
 G2_TENANT = "tenant-g2"
 
 
-def drive_g2_client(base_url: str, issuer: Issuer, script: str = "g2_client.mjs") -> dict:
+def drive_g2_client(base_url: str, issuer: Issuer, script: str = "g2_client.mjs", *args: str) -> dict:
     assert (G2_CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
     env = {
         "PATH": os.environ["PATH"],
@@ -74,6 +74,8 @@ def drive_g2_client(base_url: str, issuer: Issuer, script: str = "g2_client.mjs"
         "G2_TENANT": G2_TENANT,
         "G2_USER_ID": USER,
     }
-    done = subprocess.run(["node", str(G2_CLIENTS / script)], env=env, capture_output=True, text=True, timeout=150)
+    done = subprocess.run(
+        ["node", str(G2_CLIENTS / script), *args], env=env, capture_output=True, text=True, timeout=150
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

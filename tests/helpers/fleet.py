@@ -3,6 +3,7 @@ and comes back), each counting the requests it gets."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ from pydantic import SecretStr
 
 from codeexec.runner.app import create_runner_app
 from codeexec.runner.build import build_runner
+from codeexec.sandbox.runner import protocol
 from codeexec.settings import Settings
 
 from ..serving import RUNNER_KEY, free_port, serving
@@ -18,15 +20,19 @@ from ..serving import RUNNER_KEY, free_port, serving
 
 class Counted:
     """A runner's app, counting the requests it gets (but /health, which the service asks
-    every second of its own accord)."""
+    every second of its own accord); silent, past the client's patience, on a request
+    whose query names `silent_on`."""
 
     def __init__(self) -> None:
         self.app: Any = None  # the app of the runner process now serving, if any
         self.paths: list[str] = []
+        self.silent_on: str | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
             self.paths.append(scope["path"])
+            if self.silent_on and self.silent_on.encode() in scope["query_string"]:
+                await asyncio.sleep(protocol.SILENT_SECONDS + 0.5)
         await self.app(scope, receive, send)
 
 

@@ -11,7 +11,10 @@ First come, first served holds only within a share, so that no caller can take t
   quarters of the slots while it is alone, so a newcomer finds a slot free however many
   calls one user sends (without a queue, or a run stopped for it, only a free slot serves
   a newcomer at once);
-- a session at most SESSION_CALLS calls in flight: one runs, the others wait their turn;
+- a session at most SESSION_CALLS calls in flight: one runs, the others wait their turn.
+  An upload names its session, and is counted here; a run is counted by the backend, by
+  the session it lands in, which only the backend knows (the one it names may be gone, or
+  not the caller's, and its files' then chosen: `port.SESSION_CALLS`);
 - a run takes its slot only once it holds its session (`run_slot`, which `Sessions` hands
   the backend to enter inside the session's exclusive hold): a call waiting for a session
   that another call holds waits in a thread, holding no slot, and counts in its user's
@@ -22,7 +25,8 @@ Runs go to threads of their own, so however many there are, downloads, listings 
 Listings and downloads share the threads and the interpreter of everything else: each has
 slots of its own and the same shares by user (a listing of a large session costs seconds of
 a core; fifty of one user's made another's download wait half a minute). They are not
-counted by session: a client fetches a run's files at once.
+counted by session: a client fetches a run's files at once. A download (or a file's stat or
+removal) whose file only a listing finds takes a listing's slot for it too (`listing_slot`).
 
 A named service key (service_keys.py) may bound its own runs besides: so many in flight at
 once, so many started a minute, counted by this process (a replica of several counts its own).
@@ -41,6 +45,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 from ..errors import RateLimited
+from ..sandbox.port import SESSION_CALLS
 from ..service_keys import ServiceKey
 from ..telemetry import calls
 
@@ -48,7 +53,6 @@ T = TypeVar("T")
 # Memory the service keeps for itself before it counts runs' memory.
 _RESERVE_BYTES = 1 << 30
 _RUNS_PER_CORE = 4  # most runs wait on little: a core each would leave cores idle
-SESSION_CALLS = 3
 _RETRY_SECONDS = 2
 LISTINGS = 8  # listings in flight at most: a large one costs seconds of a core
 DOWNLOADS = 32  # downloads being opened at most (their bytes stream after)
@@ -164,13 +168,11 @@ class Admission:
             "download": Shares("download", DOWNLOADS, most=DOWNLOADS),
         }
 
-    def start_run(
-        self, user: Hashable, session: str | None, work: Callable[[], T], key: ServiceKey | None = None
-    ) -> Future[T]:
+    def start_run(self, user: Hashable, work: Callable[[], T], key: ServiceKey | None = None) -> Future[T]:
         """Start a run in a thread of its own, or RateLimited past the caller's share or its
-        key's limits. `session` is the one the call names (it may wait for it), None for a new one."""
+        key's limits."""
         with contextlib.ExitStack() as counted:
-            counted.callback(self._run_calls.enter(user, session))
+            counted.callback(self._run_calls.enter(user, None))
             if key is not None:
                 counted.callback(self._keys.enter(key))
             future = self._run_threads.submit(calls.carried(work))
@@ -207,3 +209,7 @@ class Admission:
             yield
         finally:
             leave()
+
+    def listing_slot(self, user: Hashable) -> contextlib.AbstractContextManager[None]:
+        """A listing's slot: also what a download takes for a file only a listing finds."""
+        return self.read("listing", user)

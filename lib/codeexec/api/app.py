@@ -19,6 +19,7 @@ from starlette.requests import ClientDisconnect
 from ..answers import error_handlers, error_response
 from ..errors import BadRequest
 from ..telemetry.edge import Observed
+from .body_limits import RouteLimits
 from .gate import Gate
 from .routers import admin, execute, files, health, programmatic
 from .service import Service
@@ -35,9 +36,10 @@ def create_app(service: Service) -> FastAPI:
 
     app = FastAPI(title="Code Interpreter API", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.service = service
-    for module in (health, execute, programmatic, files, admin):
-        app.include_router(module.router)
-    app.add_middleware(Gate)
+    routers = [module.router for module in (health, execute, programmatic, files, admin)]
+    for router in routers:
+        app.include_router(router)
+    app.add_middleware(Gate, limits=RouteLimits(route for router in routers for route in router.routes))
     app.add_middleware(Observed, telemetry=service.telemetry)  # outermost: it sees every call
     handlers = {**error_handlers(), RequestValidationError: _validation_error, HTTPException: _http_error}
     for kind, handler in (handlers | {ClientDisconnect: _client_left}).items():

@@ -4,8 +4,9 @@ may send.
 FastAPI reads and parses a route's body before its dependencies run, so a check of the
 credentials in a dependency comes after an unauthenticated caller's 300 MB has been
 taken in. Here, as plain ASGI in front of the app, the caller is authenticated from the
-headers alone, a declared length over the route's limit is refused before a byte of the
-body, and a body without a declared length is counted as it arrives and cut at the limit.
+headers alone, a declared length over the route's limit (each route declares its own:
+body_limits.py) is refused before a byte of the body, and a body without a declared length
+is counted as it arrives and cut at the limit.
 A body that stops arriving (no byte for BODY_IDLE_SECONDS) is cut as well, and so is one
 that drips: after BODY_GRACE_SECONDS it must have kept BODY_MIN_RATE bytes a second on
 average. A stalled client holds no slot and no thread for long.
@@ -30,8 +31,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..answers import error_response
 from ..auth import Caller
-from ..errors import BadRequest, NotFound, RequestTimeout, ServiceError, TooLarge, Unauthorized
+from ..errors import BadRequest, NotFound, RequestTimeout, ServiceError, Unauthorized
 from ..telemetry import calls
+from .body_limits import BodyLimit, RouteLimits
 from .dependencies import Service
 
 # Paths anyone may call: they say whether the service answers and what it accepts.
@@ -39,9 +41,6 @@ OPEN_PATHS = frozenset({"/health", "/v1/health"})
 ADMIN_PATH = "/admin"
 ADMIN_API_PATH = "/admin/api/"
 ADMIN_KEY_HEADER = "x-admin-key"
-UPLOAD_PREFIX = "/v1/upload"
-# Room for the multipart framing around an upload's file.
-FRAMING_BYTES = 65_536
 BODY_IDLE_SECONDS = 15.0
 BODY_GRACE_SECONDS = 15.0
 BODY_MIN_RATE = 64 << 10  # bytes a second, on average, once the grace is over
@@ -49,8 +48,9 @@ _CLOSE = (b"connection", b"close")
 
 
 class Gate:
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, limits: RouteLimits) -> None:
         self.app = app
+        self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,13 +63,13 @@ class Gate:
         headers = Headers(scope=scope)
         try:
             scope.setdefault("state", {})["caller"] = await _caller(service, headers)
-            limit = _body_limit(service, scope["path"])
-            if int(headers.get("content-length") or 0) > limit:
-                raise _too_large(service, scope["path"], limit)
+            limit = self.limits.of(scope)
+            if int(headers.get("content-length") or 0) > limit.bytes_of(service):
+                raise limit.too_large(service)
         except ServiceError as refused:
             response = error_response(refused)
             return await response(scope, receive, _closing(send))
-        await _bounded(self.app, scope, receive, send, limit)
+        await _bounded(self.app, scope, receive, send, service, limit)
 
 
 async def _admin(app: ASGIApp, service: Service, scope: Scope, receive: Receive, send: Send) -> None:
@@ -112,29 +112,15 @@ async def _caller(service: Service, headers: Headers) -> Caller:
     return caller
 
 
-def _too_large(service: Service, path: str, limit: int) -> TooLarge:
-    details = f"the request is larger than its {limit} byte limit"
-    gateway = service.settings.gateway_request_bytes
-    if gateway and path.startswith(UPLOAD_PREFIX):  # on AWS: what API Gateway and Lambda carry
-        details += (
-            f"; a request to this deployment carries at most {gateway} bytes (a file counts 4/3 of"
-            " its size there), so a file that large cannot be uploaded to it at all"
-        )
-    return TooLarge(details)
-
-
-def _body_limit(service: Service, path: str) -> int:
-    if path.startswith(UPLOAD_PREFIX):
-        return service.sessions.limits.max_upload_bytes + FRAMING_BYTES
-    return service.settings.max_request_bytes
-
-
-async def _bounded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+async def _bounded(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, service: Service, limit: BodyLimit
+) -> None:
     """Run the app on a body counted as it arrives, and given BODY_IDLE_SECONDS for each
     next piece, and no more than its minimum rate allows. Past the limit or a deadline the
     gate answers itself (413, 408) and
     tells the app the client left: an app that meets an error while it reads a body
     (FastAPI) would otherwise answer it with its own 400."""
+    most = limit.bytes_of(service)
     received = 0
     cut = False
     more = True  # the body is still arriving; after it, receive waits for the client to leave
@@ -164,8 +150,8 @@ async def _bounded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, lim
             return await refuse(RequestTimeout(f"no byte of the body arrived for {BODY_IDLE_SECONDS:g} s"))
         more = message["type"] == "http.request" and message.get("more_body", False)
         received += len(message.get("body", b""))
-        if received > limit:
-            return await refuse(_too_large(scope["app"].state.service, scope["path"], limit))
+        if received > most:
+            return await refuse(limit.too_large(service))
         return message
 
     async def guarded_send(message: Message) -> None:

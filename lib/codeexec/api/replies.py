@@ -18,8 +18,8 @@ from .. import ids
 from ..programmatic import Asked, Finished
 from ..sandbox.port import FileInfo
 from ..sessions import Report
+from ..sessions.commands import InputRef
 from ..sessions.outputs import Reason
-from ..wire import FileRef, Kind
 
 
 class OutputFile(BaseModel):
@@ -29,7 +29,7 @@ class OutputFile(BaseModel):
     storage_session_id: str  # both spellings, so either kind of client finds it
     # G2 only, and only on an unchanged input echoed back: the input's own ref.
     resource_id: str | None = None
-    kind: Kind | None = None
+    kind: str | None = None  # the ref's own (codeexec.wire.Kind)
     version: int | None = None
     inherited: Literal[True] | None = None
 
@@ -163,10 +163,10 @@ def _files(report: Report) -> list[OutputFile]:
     return made + [_echo(ref, session) for ref in report.inherited]
 
 
-def _echo(ref: FileRef, session_id: str) -> OutputFile:
+def _echo(ref: InputRef, session_id: str) -> OutputFile:
     """An input the run left as it was, as the client's own ref, so it can tell it from
     what the run made (and skip storing it again)."""
-    home = ref.home_session or session_id
+    home = ref.session_id or session_id
     return OutputFile(
         id=ref.id, name=ref.name or ref.id, session_id=home, storage_session_id=home,
         resource_id=ref.resource_id, kind=ref.kind, version=ref.version, inherited=True,

@@ -1,5 +1,4 @@
-"""What the routes that run programs share: the headers a G2 client sends with a run, and
-how a long run is answered."""
+"""How a long run is answered: what the routes that run programs share."""
 
 from __future__ import annotations
 
@@ -9,31 +8,13 @@ from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from typing import TypeVar
 
-from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 
-from ..auth import Caller
 from ..errors import ServiceError
-from ..sessions.access import run_key
 from ..telemetry import calls
 
-PROFILE_HEADER = "x-codeapi-expected-profile"
-REQUEST_ID_HEADER = "x-librechat-code-request-id"
 Reply = TypeVar("Reply", bound=BaseModel)
-
-
-def stateful(request: Request) -> bool:
-    """The client expects a stateful workspace (`X-CodeAPI-Expected-Profile: stateful`)."""
-    return request.headers.get(PROFILE_HEADER, "").lower() == "stateful"
-
-
-def cancel_key(request: Request, caller: Caller) -> str | None:
-    """The run key of the client's request id, which a cancel names it by. Bound to the
-    credential, not to a user a body names: a key holder's cancel names no user, and the
-    organization's server may stop any run it started, for whichever user."""
-    request_id = request.headers.get(REQUEST_ID_HEADER)
-    return run_key(caller, request_id) if request_id else None
 
 
 async def answer(run: Future[Reply], keepalive: float) -> Response:

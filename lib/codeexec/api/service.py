@@ -52,7 +52,9 @@ class Service:
         large_files = None
         if settings.large_files_bucket:
             large_files = LargeFiles(settings.large_files_bucket, settings.large_files_from_bytes)
-        self.sessions = Sessions(self.sandboxes, _limits(settings), large_files, self.admission.run_slot)
+        self.sessions = Sessions(
+            self.sandboxes, _limits(settings), large_files, self.admission.run_slot, self.admission.listing_slot
+        )
         self.programs = Programs(self.sessions, Tokens(_token_secret(settings, api_key)))
         self.auth: Authenticator = make_authenticator(settings, api_key)
         self._reaper = Every(settings.reap_interval_seconds, self.reap, "reaper")

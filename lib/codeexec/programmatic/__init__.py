@@ -39,10 +39,11 @@ from typing import Any, Literal
 from .. import ids
 from ..auth import Caller
 from ..errors import BadRequest, Conflict
-from ..sandbox.port import Input, Keep, Limit, Placement, Run, RunResult, record_digest
+from ..sandbox.port import Keep, Limit, Placement, Run, RunResult, record_digest
 from ..sessions import Report, Sessions, inputs, placement
 from ..sessions.access import landing
-from ..wire import ProgrammaticRequest
+from ..sessions.commands import Landing
+from .commands import FirstRound, NextRound
 from .continuations import Claims, Tokens
 from .tools import tools_from
 from .workflow import MAX_CALLS, MAX_ROUNDS, Workflow
@@ -73,54 +74,43 @@ class Programs:
         self.sessions = sessions
         self.tokens = tokens
 
-    def start(
-        self, caller: Caller, request: ProgrammaticRequest, stateful: bool = False, run_key: str | None = None
-    ) -> Asked | Finished:
+    def start(self, caller: Caller, order: FirstRound) -> Asked | Finished:
         """The first round: its session, inputs, code and tools."""
-        lang = "bash" if request.bash else "py"
-        for needed in ("py", lang):  # the driver is Python, whatever the program's language
+        for needed in ("py", order.lang):  # the driver is Python, whatever the program's language
             self.sessions.sandboxes.check_language(needed)
-        if not request.code:
-            raise BadRequest("a first round needs the program's code (or a continuation_token)")
-        workflow = Workflow(ids.new_session_id(), lang, request.code, tools_from(request.tools, lang))
-        asked_for = request.timeout / 1000 if request.timeout else 0.0
-        where = placement.for_run(caller, request, stateful, self.sessions.sandboxes.named_sessions)
-        return self._round(caller, workflow, where, asked_for, run_key, inputs.of(request.files), request)
+        workflow = Workflow(ids.new_session_id(), order.lang, order.code, tools_from(order.tools, order.lang))
+        asked_for = order.timeout_ms / 1000 if order.timeout_ms else 0.0
+        where = placement.for_run(caller, order.landing, self.sessions.sandboxes.named_sessions)
+        return self._round(caller, workflow, where, order.landing, asked_for, order.run_key)
 
-    def session_of(self, caller: Caller, request: ProgrammaticRequest) -> str:
-        """The session a continuation runs in, its token's: known before its round is
-        taken on, so that it counts against that session's calls in flight."""
-        return self.tokens.verify(request.continuation_token or "", caller.owner.tag()).session
-
-    def resume(self, caller: Caller, request: ProgrammaticRequest, run_key: str | None = None) -> Asked | Finished:
+    def resume(self, caller: Caller, order: NextRound) -> Asked | Finished:
         """The next round, with the client's answers to the last one's calls."""
-        claims = self.tokens.verify(request.continuation_token or "", caller.owner.tag())
+        claims = self.tokens.verify(order.token, caller.owner.tag())
         if claims.round >= MAX_ROUNDS or claims.calls > MAX_CALLS:
             raise BadRequest(f"the program made more than {MAX_ROUNDS} rounds or {MAX_CALLS} tool calls")
         record = self.sessions.sandboxes.read_record(claims.session, landing(caller), claims.workflow)
         workflow = _verified(record, claims)
-        workflow.answer(claims.pending, [r.model_dump() for r in request.tool_results or []])
+        workflow.answer(claims.pending, order.answers)
         where = Placement(landing(caller), (claims.session,), new=False)
-        return self._round(caller, workflow, where, claims.timeout, run_key, (), request, claims.record)
+        return self._round(caller, workflow, where, Landing(), claims.timeout, order.run_key, claims.record)
 
     def _round(
         self,
         caller: Caller,
         workflow: Workflow,
         where: Placement,
+        asks: Landing,
         asked_for: float,
         run_key: str | None,
-        wanted: tuple[Input, ...],
-        request: ProgrammaticRequest,
         replaces: str | None = None,
     ) -> Asked | Finished:
         limit = self.sessions.limits.run_timeout_seconds
         program, nonce = workflow.next_round(min(asked_for or limit, limit), run_key)
         keep = Keep(workflow.id, workflow.record(), replaces)
-        ran = self.sessions.run(caller, Run(program, where, wanted, keep))
+        ran = self.sessions.run(caller, Run(program, where, inputs.of(asks.inputs), keep))
         asked = workflow.asked(ran.result, nonce)
         if asked is None:
-            return Finished(self.sessions.report(ran, request, where), _failure(ran.result))
+            return Finished(self.sessions.report(ran, where, asks), _failure(ran.result))
         _, calls = asked
         owner = caller.owner.tag()
         claims = Claims(

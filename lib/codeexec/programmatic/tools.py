@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ class Tool:
     params: tuple[str, ...]  # the order positional arguments take (required ones first)
 
 
-def tools_from(definitions: list[dict[str, Any]], lang: str) -> list[Tool]:
+def tools_from(definitions: Sequence[dict[str, Any]], lang: str) -> list[Tool]:
     """The client's tool definitions ({name, parameters: JSON schema, ...}) as the program
     will call them."""
     tools = []

@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
 
 from ..errors import BadRequest, Conflict
 from ..sandbox.port import Program, RunResult
+from .commands import ToolAnswer
 from .tools import Tool
 
 # Beyond the client's own 20 round trips, and the reference server's 200 calls.
@@ -66,18 +68,18 @@ class Workflow:
         code = f"{_DRIVER}\nmain({json.dumps(json.dumps(config))})\n"
         return Program("py", code, (), timeout, run_key), nonce
 
-    def answer(self, asked: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:
+    def answer(self, asked: list[dict[str, Any]], answers: Sequence[ToolAnswer]) -> None:
         """Record the client's answers to the last round's calls; each must be answered."""
-        answered = {r.get("call_id"): r for r in results}
-        if set(answered) != {call["id"] for call in asked} or len(answered) != len(results):
+        answered = {a.call_id: a for a in answers}
+        if set(answered) != {call["id"] for call in asked} or len(answered) != len(answers):
             raise BadRequest("tool_results must answer each call of the last round, by its call_id, once")
         for call in asked:
-            result = answered[call["id"]]
+            answer = answered[call["id"]]
             self.history[call["id"]] = {
                 **call,
-                "result": result.get("result"),
-                "is_error": bool(result.get("is_error")),
-                "error_message": result.get("error_message"),
+                "result": answer.result,
+                "is_error": answer.is_error,
+                "error_message": answer.error_message,
             }
 
     def asked(self, result: RunResult, nonce: str) -> tuple[str, list[dict[str, Any]]] | None:

@@ -13,7 +13,7 @@ Every request but /health carries the runner's own key (X-Runner-Key), compared 
 constant time; with no key configured every such request is a 401.
 
 No answer is silent for long (`_answer`): one not ready within a heartbeat is kept alive
-with spaces ahead of its JSON, so a caller tells a runner at work from a frozen one.
+with spaces ahead of it, so a caller tells a runner at work from a frozen one.
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import io
 import json
 import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, BinaryIO, TypeVar, cast
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -41,7 +42,7 @@ from ..answers import error_handlers, error_response
 from ..errors import BadRequest, ServiceError, SessionNotFound, Unauthorized
 from ..reaper import ReapReport, reap
 from ..sandbox.local import LocalSandboxes
-from ..sandbox.port import Access, Carried, Input, Opened
+from ..sandbox.port import Access, Carried, Input
 from ..sandbox.runner import protocol
 from ..streams import request_body
 from ..telemetry import Telemetry, calls
@@ -108,7 +109,7 @@ class KeyRequired:
         self.runner = runner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != "/health":
+        if scope["type"] == "http" and scope["path"] != protocol.HEALTH.path:
             presented = dict(scope["headers"]).get(protocol.KEY_HEADER.lower().encode())
             if not self.runner.authorized(presented.decode("latin-1") if presented else None):
                 refused = Unauthorized("missing or wrong runner key", reason="runner_key")
@@ -118,22 +119,6 @@ class KeyRequired:
 
 
 def create_runner_app(runner: Runner) -> Starlette:
-    routes = [
-        Route("/health", _health, methods=["GET"]),
-        Route("/sessions/{sid}", _lease, methods=["GET"]),
-        Route("/sessions/{sid}", _end, methods=["DELETE"]),
-        Route("/cancels/{run_key}", _cancel, methods=["POST"]),
-        Route("/runs", _run, methods=["POST"]),
-        Route("/writes", _write, methods=["POST"]),
-        Route("/sessions/{sid}/files", _list, methods=["GET"]),
-        Route("/sessions/{sid}/file", _read, methods=["GET"]),
-        Route("/sessions/{sid}/file", _remove, methods=["DELETE"]),
-        Route("/sessions/{sid}/stat", _stat, methods=["GET"]),
-        Route("/reads", _read_inputs, methods=["POST"]),
-        Route("/sessions/{sid}/records/{key}", _record, methods=["GET"]),
-        Route("/report", _report, methods=["GET"]),
-        Route("/usage", _usage, methods=["GET"]),
-    ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -141,7 +126,7 @@ def create_runner_app(runner: Runner) -> Starlette:
             yield
 
     app = Starlette(
-        routes=routes,
+        routes=[Route(route.path, _HANDLERS[route], methods=[route.method]) for route in protocol.ROUTES],
         # Observed outermost: it sees every call, those without the key as well.
         middleware=[Middleware(Observed, telemetry=runner.telemetry), Middleware(KeyRequired, runner=runner)],
         exception_handlers=dict(error_handlers()),
@@ -255,17 +240,13 @@ async def _list(request: Request) -> Response:
 async def _read(request: Request) -> Response:
     access = protocol.access_of(request.query_params)
     sid, file_id = request.path_params["sid"], _file_id(request)
-    opened: Opened = await run_in_threadpool(_sandboxes(request).read_file, sid, access, file_id)
-    info, reader = opened.info, opened.reader
-    assert reader is not None  # the local backend always answers the bytes
 
-    headers = {
-        "Content-Length": str(info.size),
-        protocol.SIZE_HEADER: str(info.size),
-        protocol.MTIME_HEADER: str(info.mtime_ns),
-        protocol.PATH_HEADER: json.dumps(info.path),
-    }
-    return StreamingResponse(_chunks(reader), headers=headers, media_type="application/octet-stream")
+    def read() -> _Bytes:
+        opened = _sandboxes(request).read_file(sid, access, file_id)
+        assert opened.reader is not None  # the local backend always answers the bytes
+        return _Bytes(protocol.file_json(opened.info), opened.reader)
+
+    return await _answer(read)
 
 
 async def _remove(request: Request) -> Response:
@@ -310,8 +291,12 @@ def _carry(sandboxes: LocalSandboxes, access: Access, wanted: tuple[Input, ...])
 async def _record(request: Request) -> Response:
     access = protocol.access_of(request.query_params)
     sid, key = request.path_params["sid"], request.path_params["key"]
-    record = await run_in_threadpool(_sandboxes(request).read_record, sid, access, key)
-    return Response(record, media_type="application/octet-stream")
+
+    def record() -> _Bytes:
+        found = _sandboxes(request).read_record(sid, access, key)
+        return _Bytes({"size": len(found)}, io.BytesIO(found))
+
+    return await _answer(record)
 
 
 async def _report(request: Request) -> Response:
@@ -335,10 +320,36 @@ async def _usage(request: Request) -> Response:
     return JSONResponse(changes)
 
 
-def _chunks(reader: BinaryIO) -> Iterator[bytes]:
-    with reader:
-        while chunk := reader.read(protocol.CHUNK):
-            yield chunk
+_HANDLERS = {
+    protocol.HEALTH: _health,
+    protocol.LEASE: _lease,
+    protocol.END: _end,
+    protocol.CANCEL: _cancel,
+    protocol.RUN: _run,
+    protocol.WRITE: _write,
+    protocol.LIST: _list,
+    protocol.READ: _read,
+    protocol.REMOVE: _remove,
+    protocol.STAT: _stat,
+    protocol.READS: _read_inputs,
+    protocol.RECORD: _record,
+    protocol.REPORT: _report,
+    protocol.USAGE: _usage,
+}
+
+
+@dataclass(frozen=True)
+class _Bytes:
+    """An answer of bytes (protocol.Answer.BYTES): its head, a JSON line, then the reader's bytes."""
+
+    head: dict[str, Any]
+    reader: BinaryIO
+
+    def chunks(self) -> Iterator[bytes]:
+        with self.reader:
+            yield json.dumps(self.head).encode() + b"\n"
+            while chunk := self.reader.read(protocol.CHUNK):
+                yield chunk
 
 
 def _with_body(request: Request, work: Callable[[BinaryIO], T]) -> tuple[Callable[[], T], asyncio.Event]:
@@ -368,9 +379,9 @@ def _with_body(request: Request, work: Callable[[BinaryIO], T]) -> tuple[Callabl
 
 
 async def _answer(work: Callable[[], Any], received: asyncio.Event | None = None) -> Response:
-    """`work`'s JSON answer, done in a worker thread. Ready within a heartbeat, it is
-    answered as it is (an error with its status); later, the answer is a 200 at once, kept
-    alive with a space every heartbeat until the JSON, or the error, follows in the body.
+    """`work`'s answer (JSON, or _Bytes), done in a worker thread. Ready within a heartbeat,
+    it is answered as it is (an error with its status); later, the answer is a 200 at once,
+    kept alive with a space every heartbeat until it, or the error, follows in the body.
     While a request's body still arrives (`received` not set) the caller is sending, not
     waiting, and an answer begun would take the rest of the body (Starlette's streamed
     answer reads the request to hear a disconnect): it begins after."""
@@ -380,9 +391,15 @@ async def _answer(work: Callable[[], Any], received: asyncio.Event | None = None
         await asyncio.wait({task, arrived}, return_when=asyncio.FIRST_COMPLETED)
         arrived.cancel()
     done, _ = await asyncio.wait({task}, timeout=protocol.HEARTBEAT_SECONDS)
-    if done:
-        return JSONResponse(task.result())
-    return StreamingResponse(_beating(task), media_type="application/json", headers={protocol.LATE_HEADER: "1"})
+    if not done:
+        return StreamingResponse(_beating(task), media_type=_OCTETS, headers={protocol.LATE_HEADER: "1"})
+    answer = task.result()
+    if isinstance(answer, _Bytes):
+        return StreamingResponse(answer.chunks(), media_type=_OCTETS)
+    return JSONResponse(answer)
+
+
+_OCTETS = "application/octet-stream"
 
 
 async def _beating(task: asyncio.Future[Any]) -> AsyncIterator[bytes]:
@@ -396,4 +413,8 @@ async def _beating(task: asyncio.Future[Any]) -> AsyncIterator[bytes]:
     except Exception:
         log.exception("a late answer failed")
         answer = protocol.late_error_json(500, {"error": "Internal error", "details": "the runner failed"})
-    yield json.dumps(answer).encode()
+    if isinstance(answer, _Bytes):
+        async for chunk in iterate_in_threadpool(answer.chunks()):
+            yield chunk
+    else:
+        yield json.dumps(answer).encode() + b"\n"

@@ -311,6 +311,12 @@ class Run:
     inputs: tuple[Input, ...] = ()
     keep: Keep | None = None
 
+    @property
+    def reader(self) -> Access:
+        """The access its inputs are read with, wherever they live: a shared session of the
+        organization's (an agent's files, a skill) admits it, as well as the caller's own."""
+        return self.placement.access.to(Intent.READ)
+
 
 @dataclass(frozen=True)
 class Ran:
@@ -341,6 +347,11 @@ class SendTo:
 
 # A run slot of the service's admission, entered once a run holds its session.
 RunSlot = Callable[[], AbstractContextManager[None]]
+# Runs one session takes on at once (and uploads, counted apart): one holds it, the others
+# wait their turn. A backend counts runs by the session each lands in (the one a run names
+# may be gone, or not the caller's, and it lands in another); past that a run is
+# RateLimited at once.
+SESSION_CALLS = 3
 
 
 @dataclass(frozen=True)
@@ -419,11 +430,11 @@ class Sandboxes(ABC):
 
     @abstractmethod
     def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
-        """Place the session, take its hold, then the run `slot` (a call waiting for its
-        session holds none), bring the inputs in, run, and report the result with what
-        changed; inputs that cannot be placed are reported, not fatal. Inputs `carried`
-        in are taken first, in order, each read to its end. A remote backend takes the
-        slot around its one request."""
+        """Place the session, take its hold (SESSION_CALLS runs at most holding or waiting),
+        then the run `slot` (a call waiting for its session holds none), bring the inputs
+        in, run, and report the result with what changed; inputs that cannot be placed are
+        reported, not fatal. Inputs `carried` in are taken first, in order, each read to
+        its end. A remote backend takes the slot around its one request."""
 
     @abstractmethod
     def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:

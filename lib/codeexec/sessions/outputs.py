@@ -24,7 +24,7 @@ from typing import Literal
 
 from .. import notes
 from ..sandbox.port import Changes, FileInfo, Placed, RunResult
-from ..wire import FileRef
+from .commands import InputRef
 
 # The reference's list (api/src/job.ts `isSupportedOutputFilename`), as it is.
 _REFERENCE_LIST = (
@@ -121,7 +121,7 @@ class Report:
     stdout: str
     stderr: str  # the program's, between the service's notes
     outputs: list[FileInfo]  # what it wrote that counts as an output
-    inherited: list[FileRef]  # inputs it left as they were (or read-only ones), echoed for G2
+    inherited: list[InputRef]  # inputs it left as they were (or read-only ones), echoed for G2
     deleted: list[str]
     stdout_cut: bool
     runtime_status: Literal["new", "reused"] | None = None  # the stateful profile's session
@@ -132,7 +132,7 @@ def report(
     session_id: str,
     result: RunResult,
     changes: Changes,
-    refs: Sequence[FileRef],
+    refs: Sequence[InputRef],
     placed: Sequence[Placed],
     missing: list[str],
     max_files: int,

@@ -4,7 +4,7 @@
   its id derived from the three (no table; another user's same hint derives another).
 - Otherwise the session the run asks for, else the ones its files live in (G1 LibreChat
   sends no top-level session_id), the first that is the caller's own and not shared.
-  Refs to an agent's or a skill's files are never candidates: those are shared.
+  Refs to shared files (an agent's, a skill's) are never candidates.
 - Otherwise a new session of the caller's.
 """
 
@@ -17,24 +17,16 @@ from .. import ids
 from ..auth import Caller
 from ..errors import ProfileMismatch
 from ..sandbox.port import Placement
-from ..wire import FileRef, RunRequest
 from .access import landing
+from .commands import InputRef, Landing
 
 
-def for_run(caller: Caller, request: RunRequest, stateful: bool, named_sessions: bool) -> Placement:
-    if stateful and not named_sessions:
+def for_run(caller: Caller, asked: Landing, named_sessions: bool) -> Placement:
+    if asked.stateful and not named_sessions:
         raise ProfileMismatch("this deployment's backend cannot keep a stateful workspace")
-    if request.runtime_session_hint and named_sessions:
-        return Placement(landing(caller), named=_hinted(caller, request.runtime_session_hint))
-    return Placement(landing(caller), _candidates(request))
-
-
-def first_named(caller: Caller, request: RunRequest) -> str | None:
-    """The session a run names before it runs (its hint's, the one it asks for, its first
-    own file's): the one whose turn it may wait for. None: it will lease a new one."""
-    if request.runtime_session_hint:
-        return _hinted(caller, request.runtime_session_hint)
-    return next(iter(_candidates(request)), None)
+    if asked.hint and named_sessions:
+        return Placement(landing(caller), named=_hinted(caller, asked.hint))
+    return Placement(landing(caller), _candidates(asked))
 
 
 def _hinted(caller: Caller, hint: str) -> str:
@@ -42,13 +34,13 @@ def _hinted(caller: Caller, hint: str) -> str:
     return ids.derived_id("hint", owner.org, owner.user, hint)
 
 
-def _candidates(request: RunRequest) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(c for c in (request.session_id, *own_sessions(request.files)) if c))
+def _candidates(asked: Landing) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(c for c in (asked.session_id, *own_sessions(asked.inputs)) if c))
 
 
-def own_sessions(refs: Iterable[FileRef]) -> Iterator[str]:
-    """The sessions of a run's own files (not an agent's or a skill's), where it may land."""
-    return (ref.home_session for ref in refs if ref.kind in (None, "user") and ref.home_session)
+def own_sessions(refs: Iterable[InputRef]) -> Iterator[str]:
+    """The sessions of a run's own files (not shared ones), where it may land."""
+    return (ref.session_id for ref in refs if not ref.shared and ref.session_id)
 
 
 def runtime_status(where: Placement, created: bool) -> Literal["new", "reused"] | None:

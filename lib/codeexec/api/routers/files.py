@@ -13,9 +13,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from ...auth import Caller
-from ...sessions import UploadTerms
 from ...streams import request_body
-from .. import replies, uploads
+from .. import commands, replies
+from ..body_limits import UPLOAD_BODY, body_limit
 from ..dependencies import CallerDep, Service, ServiceDep
 
 UPLOAD_PATH = "/v1/upload"
@@ -29,11 +29,13 @@ router = APIRouter()
 
 
 @router.post(UPLOAD_PATH)
+@body_limit(UPLOAD_BODY)
 async def upload(request: Request, service: ServiceDep, caller: CallerDep) -> replies.UploadReply:
     return replies.uploaded(*await _receive_upload(request, service, caller))
 
 
 @router.post(UPLOAD_BATCH_PATH)
+@body_limit(UPLOAD_BODY)
 async def upload_batch(request: Request, service: ServiceDep, caller: CallerDep) -> replies.BatchUploadReply:
     return replies.uploaded_batch(*await _receive_upload(request, service, caller))
 
@@ -83,22 +85,16 @@ def delete_object(session_id: str, file_id: str, service: ServiceDep, caller: Ca
 
 
 async def _receive_upload(request: Request, service: Service, caller: Caller) -> tuple[str, list[str]]:
-    """Both generations' uploads, one file or a batch. The files of an upload of kind
-    `agent` or `skill` (G2), made for an agent (G1's `entity_id`) or read-only (a skill's
-    bundle, in either generation) are shared by the organization, and read-only ones are
-    inputs a run never hands back. G1 LibreChat names the user in `User-Id`."""
-    # The gate has authenticated the caller and bounds the body (gate.py); the body is read
-    # only with a slot, as it arrives, into the session (uploads.py).
-    caller = caller.named(request.headers.get("user-id"))
+    """Both generations' uploads, one file or a batch (what an upload means: commands.py)."""
+    # The gate has authenticated the caller and bounds the body (UPLOAD_BODY); the body is
+    # read only with a slot, as it arrives, into the session (uploads.py). The slot counts
+    # the session the query names: the form's fields are read with it held.
+    caller = commands.uploader(request, caller)
     query_session = request.query_params.get("session_id")
     body = request_body(request.stream())
 
     def store() -> tuple[str, list[str]]:
-        form, files = uploads.fields_then_files(request.headers.get("content-type", ""), body)
-        session_id = form.get("session_id") or query_session or None
-        read_only = form.get("read_only", "").lower() == "true"  # a skill's bundle, G1 or G2
-        shared = form.get("kind") in ("agent", "skill") or bool(form.get("entity_id")) or read_only
-        return service.sessions.upload(caller, session_id, files, UploadTerms(shared=shared, read_only=read_only))
+        return service.sessions.upload(caller, commands.upload(request.headers, body, query_session))
 
     with service.admission.upload(caller.owner.tag(), query_session):
         return await run_in_threadpool(store)

@@ -9,15 +9,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
-from ...sessions.placement import first_named
+from ...programmatic.commands import NextRound
 from ...wire import ProgrammaticRequest, Text
+from .. import commands
+from ..body_limits import JSON_BODY, body_limit
 from ..dependencies import CallerDep, ServiceDep
 from ..replies import programmatic_reply
-from ..running import answer, cancel_key, stateful
+from ..running import answer
 
 PROGRAMMATIC_PATH = "/v1/exec/programmatic"
 CANCEL_PATH = "/v1/exec/programmatic/cancel"
-WORKSPACE_HEADER = "x-librechat-code-workspace-id"
 
 router = APIRouter()
 
@@ -29,23 +30,21 @@ class CancelRequest(BaseModel):
 
 
 @router.post(PROGRAMMATIC_PATH)
+@body_limit(JSON_BODY)
 async def programmatic(body: ProgrammaticRequest, request: Request, service: ServiceDep, caller: CallerDep) -> Response:
-    profile, key = stateful(request), cancel_key(request, caller)
+    order = commands.programmatic(body, request, caller)
     caller = caller.named(body.user_id)
-    if workspace := request.headers.get(WORKSPACE_HEADER):
-        # The bash tool's attached workspace: a session of its own per user, as a hint's.
-        body.runtime_session_hint, profile = f"workspace:{workspace}", True
     programs, user = service.programs, caller.owner.tag()
-    if body.continuation_token:  # its session is in the token, known once it verifies
-        work = lambda: programmatic_reply(programs.resume(caller, body, key))  # noqa: E731
-        run = service.admission.start_run(user, programs.session_of(caller, body), work, caller.key)
+    if isinstance(order, NextRound):
+        work = lambda: programmatic_reply(programs.resume(caller, order))  # noqa: E731
     else:
-        work = lambda: programmatic_reply(programs.start(caller, body, profile, key))  # noqa: E731
-        run = service.admission.start_run(user, first_named(caller, body), work, caller.key)
+        work = lambda: programmatic_reply(programs.start(caller, order))  # noqa: E731
+    run = service.admission.start_run(user, work, caller.key)
     return await answer(run, service.settings.exec_keepalive_seconds)
 
 
 @router.post(CANCEL_PATH)
+@body_limit(JSON_BODY)
 async def cancel(body: CancelRequest, service: ServiceDep, caller: CallerDep) -> dict[str, Any]:
     service.sessions.cancel(caller, body.request_id)
     return {"request_id": body.request_id, "status": "cancelled"}

@@ -75,7 +75,6 @@ from ..port import (
     Changes,
     FileInfo,
     Input,
-    Intent,
     Lease,
     Limit,
     LimitHit,
@@ -387,10 +386,9 @@ class AgentCoreSandboxes(Sandboxes):
         for index, wanted in enumerate(run.inputs):
             if wanted.origin and wanted.origin != session.id:
                 by_origin.setdefault(wanted.origin, []).append(index)
-        reader = run.placement.access.to(Intent.READ)
         for origin_id, indexes in by_origin.items():
             with contextlib.suppress(SessionNotFound):
-                origin = self._open(origin_id, reader)
+                origin = self._open(origin_id, run.reader)
                 for index, found, data in self._read_inputs(origin, [(i, run.inputs[i]) for i in indexes]):
                     target = _target(run.inputs[index], [found])
                     if target is not None:

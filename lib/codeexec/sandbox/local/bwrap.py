@@ -16,14 +16,16 @@ quota on the session's subvolume (storage.py), and the wall clock and the output
 process does.
 
 What a program can learn of its own sandbox is no more than it needs: bwrap takes its
-options through a descriptor (`--args`), so the sandbox's pid 1 shows `bwrap --args N --`
-and the program's own command line, never the host paths and settings it was started with.
+options through a descriptor (`--args`), so no command line shows the host paths and
+settings it was started with, and a run's pid 1 is not bwrap (whose memory holds them) but
+an init of its own that the program cannot read (coldinit.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import platform
@@ -32,6 +34,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..port import RunResult
 from . import cgroups, collect, layout, seccomp
@@ -63,10 +66,12 @@ class ServerTerms:
 
 
 def bwrap_args(data_dir: str | None, program_fds: Mapping[str, int], control: _Control, limits: Limits,
-               caps: Sequence[str] = ()) -> list[str]:  # fmt: skip
+               caps: Sequence[str] = (), as_pid_1: bool = False) -> list[str]:  # fmt: skip
     """bwrap's options, without the program's command line: the sandbox layout.py
-    describes, over data_dir, with `program_fds` placed read-only (a relative name in /code)."""
+    describes, over data_dir, with `program_fds` placed read-only (a relative name in /code);
+    `as_pid_1`, the command is the sandbox's first process, instead of bwrap's own init."""
     argv = [
+        *(["--as-pid-1"] if as_pid_1 else []),
         # --disable-userns needs --unshare-user named, even where bwrap would pick it itself.
         "--unshare-all", "--unshare-user", "--disable-userns", "--hostname", "sandbox",
         # The host's sandbox uid is nobody inside.
@@ -244,6 +249,9 @@ def _launch(
     server: ServerTerms | None,
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     """Start bwrap; return it, the read end of its info pipe and the write end of its block pipe."""
+    if server is None:  # a run: its init first (coldinit.py)
+        argv = [*_INIT_ARGV, *argv]
+        files = {**files, _INIT: _init_source()}
     # The program and the filter reach bwrap as in-memory files: nothing is written on the host.
     fds = {name: memfd(name, content) for name, content in files.items()}
     # A fork server runs without the filter, which denies what it does with its caps.
@@ -251,7 +259,7 @@ def _launch(
     info_r, info_w = os.pipe()
     block_r, block_w = os.pipe()
     control = _Control(seccomp_fd, info_w, block_r)
-    options = bwrap_args(data_dir, fds, control, confinement.limits, server.caps if server else ())
+    options = bwrap_args(data_dir, fds, control, confinement.limits, server.caps if server else (), server is None)
     args_fd = memfd("args", b"".join(os.fsencode(arg) + b"\0" for arg in options))
     passed = (*fds.values(), *([seccomp_fd] if seccomp_fd is not None else []), info_w, block_r, args_fd)
     nice = _nice_argv(server.nice if server else 0)
@@ -274,6 +282,17 @@ def _launch(
         for fd in passed:
             os.close(fd)
     return proc, info_r, block_w
+
+
+# A run's first process, started by exec from a file of its own, whose memory holds nothing
+# of the host; -I -S: nothing of the run's environment or of a site directory is read.
+_INIT = ".init.py"
+_INIT_ARGV = ["/usr/bin/python3", "-I", "-S", layout.path_inside(_INIT)]
+
+
+@functools.cache
+def _init_source() -> bytes:
+    return (Path(__file__).parent / "coldinit.py").read_bytes()
 
 
 def memfd(name: str, data: bytes) -> int:

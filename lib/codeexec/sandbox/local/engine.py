@@ -4,8 +4,9 @@ hold, its run). In-process a step costs nothing, so this is the whole backend fo
 and what the runner serves over HTTP (runner/app.py): a remote backend never sees it.
 
 The steps keep the port's clauses by construction: a session is placed (`_held`: the named
-one, else the first candidate the caller's access admits, else a new one), held
-exclusively, and only then is the run slot taken; inputs are found by `Input.paths`, never
+one, else the first candidate the caller's access admits, else a new one), counted among
+the runs that wait for it (`Turns`: SESSION_CALLS at most, by the session a run lands
+in), held exclusively, and only then is the run slot taken; inputs are found by `Input.paths`, never
 by listing, and each origin session opened once; changes are a listing before and after;
 a session made for a call that fails is ended at once.
 """
@@ -14,21 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from abc import abstractmethod
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict
 from typing import BinaryIO, Protocol
 
 from ... import ids
-from ...errors import BadRequest, Conflict, FileNotFound, SessionNotFound, TooLarge
+from ...errors import BadRequest, Conflict, FileNotFound, RateLimited, SessionNotFound, TooLarge
 from ..port import (
+    SESSION_CALLS,
     Access,
     Carried,
     Changes,
     FileInfo,
     Input,
-    Intent,
     Keep,
     Lease,
     Opened,
@@ -72,6 +75,10 @@ class Sandbox(Protocol):
     def list_files(self) -> list[FileInfo]:
         """Every regular file under the artifact directory, recursively."""
 
+    def find(self, file_id: str) -> str | None:
+        """The path of the file a derived id names, found without a listing; None when
+        it names none; ListingNeeded when only a listing could tell."""
+
     def remove_file(self, path: str) -> None: ...
 
     def exclusive(self) -> AbstractContextManager[None]:
@@ -97,13 +104,38 @@ class Sandbox(Protocol):
 _ANY_SIZE = 1 << 62
 
 
+class Turns:
+    """The runs holding or waiting for each session's hold in this process: SESSION_CALLS
+    at most (one holds it, the others wait their turn), past which a run is refused at
+    once; counted by the session a run lands in, whatever it named."""
+
+    def __init__(self) -> None:
+        self._calls: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def waiting(self, session_id: str) -> Iterator[None]:
+        with self._lock:
+            if self._calls[session_id] >= SESSION_CALLS:
+                raise RateLimited(f"this session has {SESSION_CALLS} runs in flight already", retry_after=2)
+            self._calls[session_id] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._calls -= Counter({session_id: 1})  # a count that reaches 0 is dropped
+
+
 class ComposedSandboxes(Sandboxes):
     """The port's coarse operations, composed of a subclass's fine steps: `create` and
     `open` (and the reaper's operations, which are the backend's own)."""
 
+    def __init__(self) -> None:
+        self.turns = Turns()
+
     def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
         self.check_language(run.program.lang)  # the runner's server answers calls no session layer saw
-        with self._held(run.placement, slot) as (sandbox, created):
+        with self._held(run.placement, slot, counted=True) as (sandbox, created):
             placed = self._place_inputs(sandbox, run, carried)
             before = self._before(sandbox, run.keep)
             result = sandbox.run(run.program)
@@ -166,13 +198,18 @@ class ComposedSandboxes(Sandboxes):
         While the context is open the reaper does not end the sandbox."""
 
     @contextlib.contextmanager
-    def _held(self, placement: Placement, slot: RunSlot = contextlib.nullcontext) -> Iterator[tuple[Sandbox, bool]]:
+    def _held(
+        self, placement: Placement, slot: RunSlot = contextlib.nullcontext, counted: bool = False
+    ) -> Iterator[tuple[Sandbox, bool]]:
         """The sandbox a placement names, open and held, with `slot` taken, and whether it
-        was made for this call. One made for a call that fails is ended at once: nobody
-        learnt its id, and it would hold nothing."""
+        was made for this call; `counted`, among the session's runs (`Turns`). One made
+        for a call that fails is ended at once: nobody learnt its id, and it would hold
+        nothing."""
         with contextlib.ExitStack() as stack:
             sandbox, created = self._enter(stack, placement)
             try:
+                if counted:
+                    stack.enter_context(self.turns.waiting(sandbox.id))
                 stack.enter_context(sandbox.exclusive())
                 if placement.quota is not None:
                     sandbox.bound(placement.quota)
@@ -214,12 +251,11 @@ class ComposedSandboxes(Sandboxes):
         for index, wanted in enumerate(inputs):
             if index not in placed:
                 by_origin.setdefault(wanted.origin or sandbox.id, []).append(index)
-        reader = run.placement.access.to(Intent.READ)
         for origin_id, indexes in by_origin.items():
             try:
                 with contextlib.ExitStack() as stack:
                     own = origin_id == sandbox.id
-                    origin = sandbox if own else stack.enter_context(self.open(origin_id, reader.admits))
+                    origin = sandbox if own else stack.enter_context(self.open(origin_id, run.reader.admits))
                     placed |= {i: _place_one(origin, sandbox, inputs[i]) for i in indexes}
             except SessionNotFound:
                 placed |= {i: Placed(None) for i in indexes}
@@ -270,14 +306,13 @@ def _open_first(origin: Sandbox, paths: Iterable[str]) -> tuple[BinaryIO, FileIn
 
 def _resolve(sandbox: Sandbox, file_id: str) -> FileInfo:
     """The file a bare id names (a download's, a removal's: no name comes with it): a raw
-    path, else a derived id matched against the session's own listing."""
+    path, else the path the session found for a derived id, without a listing."""
     with contextlib.suppress(BadRequest, FileNotFound):
         return sandbox.stat(ids.file_path(file_id))
-    if ids.is_file_id(file_id):
-        found = next((f for f in sandbox.list_files() if ids.file_id(sandbox.id, f.path) == file_id), None)
-        if found is not None:
-            return found
-    raise FileNotFound()
+    path = sandbox.find(file_id) if ids.is_file_id(file_id) else None
+    if path is None:
+        raise FileNotFound()
+    return sandbox.stat(path)
 
 
 def _check_replaces(current: bytes | None, keep: Keep) -> None:

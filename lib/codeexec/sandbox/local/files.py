@@ -207,7 +207,13 @@ def remove_beneath(root: str, path: str) -> None:
 def list_beneath(root: str) -> list[FileInfo]:
     """Every regular file a client can address: symlinks are neither followed nor listed,
     and a name that is not UTF-8, too long, or too deep is passed over."""
-    found: list[FileInfo] = []
+    return [info for info, _ in walk_beneath(root)]
+
+
+def walk_beneath(root: str) -> list[tuple[FileInfo, int]]:
+    """list_beneath, each file with its ctime (ns): when its inode last changed, a
+    rename included, as only the kernel sets it."""
+    found: list[tuple[FileInfo, int]] = []
     top = os.open(root, _DIR_FLAGS)
     # Depth first, one open directory per level: the descriptors in use are at most MAX_DEPTH.
     stack = [(top, os.scandir(top), "")]
@@ -231,7 +237,7 @@ def list_beneath(root: str) -> list[FileInfo]:
             elif entry.is_file(follow_symlinks=False) and not entry.name.startswith(_PARTIAL_PREFIX):
                 with contextlib.suppress(OSError):
                     st = entry.stat(follow_symlinks=False)
-                    found.append(FileInfo(rel, st.st_size, st.st_mtime_ns))
+                    found.append((FileInfo(rel, st.st_size, st.st_mtime_ns), st.st_ctime_ns))
     finally:
         for fd, entries, _ in stack:
             entries.close()

@@ -6,13 +6,14 @@ runs under bubblewrap (bwrap.py).
         lock         flock: calls hold it shared, ending takes it exclusive
         run.lock     flock: the session's exclusive hold (every change to the session takes it)
         records/     the service's own records (programmatic workflows: port.Keep)
+        ids/         its files' ids, each a link to its path (fileids.py)
         staging-*/   an upload's files until all of them are in
         data/        the artifact directory, bound at /mnt/data inside the sandbox
     SANDBOX_ROOT/.runs/<run key>     a run in progress, in any process
     SANDBOX_ROOT/.cancel/<run key>   a cancel for a run, seen by the run in any process
 
 The program sees only data/, so it can neither read nor change its own lease, nor the
-service's records. "Last touched" is the mtime of lock, which every call that addresses
+service's records and ids. "Last touched" is the mtime of lock, which every call that addresses
 the session updates when it begins and again when it ends (a run longer than the idle
 limit is not idle).
 
@@ -49,6 +50,7 @@ from ...languages import LANGUAGES
 from ..port import FileInfo, HostLoad, HostReport, Lease, OwnerTag, Program, Quota, RunResult
 from . import btrfs, bwrap, cgroups, files, owners
 from .engine import ComposedSandboxes
+from .fileids import FileIds
 from .launcher import Launcher
 from .limits import Confinement, Limits
 from .storage import Storage, over_limit
@@ -61,8 +63,9 @@ log = logging.getLogger("codeexec.local")
 _BOOKKEEPING_BYTES = 1 << 20
 _TOMBSTONE = ".ended-"
 _STAGING = "staging-"
-# A session subvolume without its lease this long after it was made is what a crash
-# left between the two: nothing opens it, nothing would reap it.
+# A session subvolume without a whole lease (none, one torn, or no lock) this long after
+# it last changed is what a crash left while it was being made: nothing opens it, nothing
+# would reap it. One being made now is never that old.
 _HALF_MADE_SECONDS = 60
 _RUNS = ".runs"
 _CANCELS = ".cancel"
@@ -102,6 +105,8 @@ class LocalSandbox:
         self._path = path
         self._data = str(path / "data")
         self._backend = backend
+        self._ids = FileIds(path)
+        self._holding = False  # this call holds the session's exclusive hold
         self._quota: tuple[str, int, int] | None = None  # the quota bound to: scope, held, limit
 
     def bound(self, quota: Quota) -> None:
@@ -144,7 +149,9 @@ class LocalSandbox:
         # The session's disk limit (the kernel's quota) holds for what comes in from
         # outside as for what runs write.
         try:
-            files.write_beneath(self._data, path, data, limit, self._backend.sandbox_user)
+            with self._ids.writing() as record:
+                files.write_beneath(self._data, path, data, limit, self._backend.sandbox_user)
+                record([path])
         except OSError as exc:
             raise self._over(exc) from exc
 
@@ -158,7 +165,9 @@ class LocalSandbox:
             for path, data in pairs:
                 files.stage(fd, str(len(moves)), data, limit, self._backend.sandbox_user)
                 moves.append((path, fd, str(len(moves))))
-            files.move_beneath(self._data, moves, self._backend.sandbox_user)
+            with self._ids.writing() as record:
+                files.move_beneath(self._data, moves, self._backend.sandbox_user)
+                record(path for path, _, _ in moves)
         except OSError as exc:
             raise self._over(exc) from exc
         finally:
@@ -185,7 +194,34 @@ class LocalSandbox:
         return files.stat_beneath(self._data, path)
 
     def list_files(self) -> list[FileInfo]:
-        return files.list_beneath(self._data)
+        if self._ids.whole():
+            return files.list_beneath(self._data)
+        with self._unchanging() as settled:
+            started = time.time_ns()
+            walked = files.walk_beneath(self._data)
+            self._ids.learn(((info.path, ctime) for info, ctime in walked), started, settled)
+        return [info for info, _ in walked]
+
+    def find(self, file_id: str) -> str | None:
+        return self._ids.find(file_id)
+
+    @contextlib.contextmanager
+    def _unchanging(self) -> Iterator[bool]:
+        """Whether no change to the session is under way while the block runs: this call
+        holds the session, or shares its hold now that no one else has it."""
+        if self._holding:
+            yield True
+            return
+        fd = os.open(self._path / "run.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
 
     def remove_file(self, path: str) -> None:
         files.remove_beneath(self._data, path)
@@ -194,6 +230,7 @@ class LocalSandbox:
         source = LANGUAGES[program.lang].source_name(program.code)
         launch = TOOLCHAINS[program.lang].launch(program.lang, source, program.code, program.args, program.timeout)
         self._restore_data_dir()
+        self._ids.stale()  # the listing after the run records what it made
         with self._backend.running(program.run_key) as cancelled:
             return self._backend.launcher.run(self._data, launch, cancelled)
 
@@ -209,8 +246,10 @@ class LocalSandbox:
         fd = os.open(self._path / "run.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             _lock_within(fd, self._backend.hold_wait_seconds)
+            self._holding = True
             yield
         finally:
+            self._holding = False
             os.close(fd)
 
 
@@ -244,6 +283,21 @@ def _sweep_staging(session: Path) -> None:
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
+def _half_made(session: Path) -> bool:
+    """Whether a crash cut the session short while it was made: no lease, a torn one, or
+    no lock, and nothing changed in it for _HALF_MADE_SECONDS. A lease that cannot be read
+    for another reason (out of descriptors) is not taken for torn."""
+    try:
+        if time.time() - session.stat().st_mtime < _HALF_MADE_SECONDS:
+            return False
+        _read_lease(session.name, session)
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def _lock_within(fd: int, seconds: float) -> None:
     """flock, but never waiting longer than `seconds`: a caller waiting for a session
     holds a thread, and a session busy for longer is better answered "try again"."""
@@ -270,6 +324,7 @@ class LocalSandboxes(ComposedSandboxes):
         if shutil.which("bwrap") is None:
             raise RuntimeError("SANDBOX_BACKEND=local needs bubblewrap: apt-get install bubblewrap")
         bwrap.reset_libc_signals()
+        super().__init__()
         self.root = config.root
         self.lease_ttl_seconds = config.lease_ttl_seconds
         self.limits = config.limits
@@ -298,15 +353,13 @@ class LocalSandboxes(ComposedSandboxes):
     named_sessions = True
 
     def _sweep_leftovers(self) -> None:
-        """Before serving, what a crash (or a stop before the teardown) left: run cgroups,
-        uploads' staging directories, sessions half made, endings not finished; only of
-        processes that are gone (owners.py)."""
-        cgroups.sweep(self.cgroup_parents)
-        for entry in os.scandir(self.root):
-            if entry.name.startswith(_TOMBSTONE):
-                self._finish_ending(entry.name)
-            elif ids.is_session_id(entry.name) and not self._remove_if_half_made(Path(entry.path)):
-                _sweep_staging(Path(entry.path))
+        """What a crash (or a stop before the teardown) left: run cgroups, uploads' staging
+        directories, sessions half made, endings not finished; only of processes that are
+        gone (owners.py). Before serving, and at every reaper pass (`leases`): a maker not
+        yet reaped at the start, or a run's processes still dying then, leaves nothing
+        for longer than one pass."""
+        for _ in self.leases():
+            pass
 
     def close(self) -> None:
         self.usage.close()
@@ -326,6 +379,7 @@ class LocalSandboxes(ComposedSandboxes):
         data = path / "data"
         data.mkdir(mode=0o700)
         os.chown(data, *self.sandbox_user)
+        FileIds(path).make()
         lease = {
             "owner": {"org": owner.org, "user": owner.user},
             "shared": shared,
@@ -333,8 +387,10 @@ class LocalSandboxes(ComposedSandboxes):
             "leased_at": time.time(),
             "ttl_seconds": self.lease_ttl_seconds,
         }
-        (path / "lease.json").write_text(json.dumps(lease))
-        (path / "lease.json").chmod(0o600)
+        # Whole or not there: a crash mid-write leaves no torn lease, only a session half made.
+        with tempfile.NamedTemporaryFile("w", dir=path, prefix=".lease-", delete=False) as staged:
+            staged.write(json.dumps(lease))
+        os.replace(staged.name, path / "lease.json")
         (path / "lock").touch(mode=0o600)
         with self.open(session_id, lambda lease: True) as sandbox:
             yield sandbox
@@ -475,31 +531,35 @@ class LocalSandboxes(ComposedSandboxes):
         return [HostReport(load, self.usage.now.top()) for load in self.hosts()]
 
     def leases(self) -> Iterator[Lease]:
+        """Every session's lease, as the root holds them; on the way, what a crash left is
+        removed (`_sweep_leftovers`)."""
         self._sweep_cancels()
+        cgroups.sweep(self.cgroup_parents)
+        return self._sessions()
+
+    def _sessions(self) -> Iterator[Lease]:
         for entry in os.scandir(self.root):
+            path = Path(entry.path)
             if entry.name.startswith(_TOMBSTONE):
                 self._finish_ending(entry.name)
-            elif ids.is_session_id(entry.name):
-                lease = self._lease_of(entry.name, Path(entry.path))
-                if lease is not None:
-                    yield lease
-                else:
-                    self._remove_if_half_made(Path(entry.path))
+            elif not ids.is_session_id(entry.name):
+                continue
+            elif (lease := self._lease_of(entry.name, path)) is not None:
+                _sweep_staging(path)
+                yield lease
+            else:
+                self._remove_if_half_made(path)
 
-    def _remove_if_half_made(self, path: Path) -> bool:
-        try:
-            if (path / "lease.json").exists() or time.time() - path.stat().st_mtime < _HALF_MADE_SECONDS:
-                return False
-        except OSError:
-            return False
+    def _remove_if_half_made(self, path: Path) -> None:
+        if not _half_made(path):
+            return
         tomb = f"{_TOMBSTONE}{path.name}"
         try:
             path.rename(self.root / tomb)
         except OSError:
-            return False
-        log.info("removing the session %s, half made (no lease)", path.name)
+            return
+        log.info("removing the session %s, half made (no whole lease)", path.name)
         self._finish_ending(tomb)
-        return True
 
     def _finish_ending(self, tomb: str) -> None:
         """An ending that did not finish; one that fails again is logged, and the pass goes on."""
@@ -519,10 +579,14 @@ class LocalSandboxes(ComposedSandboxes):
     @staticmethod
     def _lease_of(session_id: str, path: Path) -> Lease | None:
         try:
-            meta = json.loads((path / "lease.json").read_text())
-            touched = (path / "lock").stat().st_mtime
-            owner = OwnerTag(meta["owner"]["org"], meta["owner"]["user"])
-            shared, read_only = bool(meta["shared"]), bool(meta["read_only"])
-            return Lease(session_id, owner, shared, read_only, meta["leased_at"], meta["ttl_seconds"], touched)
+            return _read_lease(session_id, path)
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+
+def _read_lease(session_id: str, path: Path) -> Lease:
+    meta = json.loads((path / "lease.json").read_text())
+    touched = (path / "lock").stat().st_mtime
+    owner = OwnerTag(meta["owner"]["org"], meta["owner"]["user"])
+    shared, read_only = bool(meta["shared"]), bool(meta["read_only"])
+    return Lease(session_id, owner, shared, read_only, meta["leased_at"], meta["ttl_seconds"], touched)

@@ -9,9 +9,13 @@ local, IP and netlink, which the sandbox's network namespace confines (AF_VSOCK,
 one, it does not: on a VM host it reaches the hypervisor side); the btrfs ioctls (a
 subvolume a program makes has a quota group of its own, outside its session's limit,
 and the lookups list every session of the host); the inode flags (`chattr +C` makes a
-file that cannot be cloned); and inotify/fanotify (on the shared read-only /usr they show
-which files another tenant's run opens, and when). Denied calls fail with an ordinary
-error, so a program sees one, and `cp --reflink=auto` copies instead.
+file that cannot be cloned); inotify/fanotify (on the shared read-only /usr they show
+which files another tenant's run opens, and when); and the two ways into the page cache
+of those shared files: evicting a file's pages (POSIX_FADV_DONTNEED, then a no-op, as
+advice may be) and asking whether a page is there without loading it (RWF_NOWAIT, which
+answers EOPNOTSUPP as a filesystem without it does): together they told which libraries
+another tenant's run had just loaded, as often as asked (docs/isolation.md). Denied calls
+fail with an ordinary error, so a program sees one, and `cp --reflink=auto` copies instead.
 libseccomp's filter also kills any call made through another architecture's entry
 point (32-bit `int 0x80`, x32), which would otherwise bypass a rule by its number.
 """
@@ -49,6 +53,8 @@ _SET_FLAGS = (
     0x401C5820,  # FS_IOC_FSSETXATTR
 )
 WATCHES = ("inotify_init", "inotify_init1", "fanotify_init")
+_POSIX_FADV_DONTNEED = 4  # fadvise64's advice is its fourth argument
+_RWF_NOWAIT = 0x8  # preadv2's flags are its sixth
 
 # clone's flags that make a namespace; clone without them (threads, fork) stays allowed.
 _CLONE_NEW = (
@@ -85,6 +91,9 @@ def bpf() -> bytes:
         scf.add_rule(deny, "ioctl", pyseccomp.Arg(1, pyseccomp.MASKED_EQ, _IOCTL_COMMAND_MASK, command))
     for name in WATCHES:  # ENOSYS, as a kernel without them: file watchers fall back to polling
         scf.add_rule(pyseccomp.ERRNO(errno.ENOSYS), name)
+    scf.add_rule(pyseccomp.ERRNO(0), "fadvise64", pyseccomp.Arg(3, pyseccomp.EQ, _POSIX_FADV_DONTNEED))
+    nowait = pyseccomp.Arg(5, pyseccomp.MASKED_EQ, _RWF_NOWAIT, _RWF_NOWAIT)
+    scf.add_rule(pyseccomp.ERRNO(errno.EOPNOTSUPP), "preadv2", nowait)
     refused = pyseccomp.ERRNO(errno.EAFNOSUPPORT)
     for call in ("socket", "socketpair"):
         for family in set(range(_AF_MAX)) - SOCKET_FAMILIES:

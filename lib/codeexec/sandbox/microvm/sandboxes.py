@@ -46,7 +46,6 @@ from ..port import (
     Carried,
     FileInfo,
     Input,
-    Intent,
     Lease,
     Opened,
     OwnerTag,
@@ -191,10 +190,9 @@ class MicrovmSandboxes(Sandboxes):
         for index, wanted in enumerate(run.inputs):
             if wanted.origin and wanted.origin != session_id:
                 by_origin.setdefault(wanted.origin, []).append(index)
-        reader = run.placement.access.to(Intent.READ)
         for origin, indexes in by_origin.items():
             with contextlib.suppress(SessionNotFound):
-                found = self.read_inputs(origin, reader, [run.inputs[i] for i in indexes])
+                found = self.read_inputs(origin, run.reader, [run.inputs[i] for i in indexes])
                 yield from (replace(c, index=indexes[c.index]) for c in found)
 
     # -- ending and the reaper -------------------------------------------------------------

@@ -17,10 +17,12 @@ that names no runner of the fleet is not found without asking anyone.
   those runners in one request (`RunnerPort.carry`), as the microvm backend carries them
   between VMs.
 - Each runner's /health is asked every HEALTH_INTERVAL_SECONDS. A runner that does not
-  answer it, or fails a call (no connection within RUNNER_CONNECT_TIMEOUT_SECONDS, a
-  broken one, or silence: protocol.SILENT_SECONDS), is down until it answers again: its
-  sessions are a 503 with a retry hint at once, and new sessions go elsewhere. Its disk
-  keeps its sessions; when it answers again, they do too.
+  answer it (within protocol.SILENT_SECONDS), or takes no connection for a call (within
+  RUNNER_CONNECT_TIMEOUT_SECONDS), is down until its /health answers again: its sessions
+  are a 503 with a retry hint at once, and new sessions go elsewhere. A call that is cut
+  or falls silent fails alone: one slow call tells nothing of the runner's other calls
+  (every answer that takes time is kept alive), and marking the runner down for it
+  would refuse everyone's. Its disk keeps its sessions; when it answers again, they do too.
 - Reaping is each runner's own (it reaps its sessions on its timer): the service's reaper
   lists no fleet.
 - Quotas count what an owner holds on every runner: where there are any, each runner is
@@ -65,7 +67,7 @@ from ..port import (
     SendTo,
 )
 from . import protocol
-from .client import RunnerClient, Unreachable
+from .client import Refused, RunnerClient
 from .sandboxes import RunnerPort, call_seconds
 
 log = logging.getLogger("codeexec.runner.fleet")
@@ -113,7 +115,7 @@ class Runner:
     def ask(self) -> None:
         """Its /health, now: up when it answers as the runner it should be."""
         try:
-            health = self.port.client.call("GET", "/health", timeout=protocol.SILENT_SECONDS)
+            health = self.port.client.call(protocol.HEALTH.at(), timeout=protocol.SILENT_SECONDS)
         except BackendUnavailable:
             self._down("does not answer")
             return
@@ -165,7 +167,7 @@ class Runner:
     @contextlib.contextmanager
     def calling(self) -> Iterator[RunnerPort]:
         """Its port for one call: at once a 503 while it is down, and down when the call
-        finds it unreachable."""
+        finds it takes no connection."""
         if not self.up:
             raise BackendUnavailable(
                 f"sandbox runner {self.index}, which holds this session, does not answer; try again later",
@@ -175,8 +177,8 @@ class Runner:
             self.sent += 1
         try:
             yield self.port
-        except Unreachable:
-            self._down("stopped answering")
+        except Refused:
+            self._down("takes no connection")
             raise
         finally:
             with self._lock:
@@ -300,7 +302,7 @@ class RunnerFleet(Sandboxes):
         for runner, placement in self._placed(run.placement):
             with contextlib.suppress(SessionNotFound), runner.calling() as port:
                 here = replace(run, placement=placement)
-                return port.execute(here, self._carried(runner, run.placement.access, run.inputs), slot)
+                return port.execute(here, self._carried(runner, run.reader, run.inputs), slot)
         raise SessionNotFound()
 
     def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:

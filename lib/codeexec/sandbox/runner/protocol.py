@@ -1,53 +1,34 @@
-"""The runner's wire: the port's coarse operations as requests, one each, their types as
-JSON, streamed files as frames, and errors as statuses.
+"""The runner's wire: the port's coarse operations as requests, one each (the route table
+below), their types as JSON, streamed files as frames, and errors as statuses.
 
-Both ends import this module, the runner (`codeexec.runner.app`) and the `runner` backend
-(`codeexec.sandbox.runner`), so a shape is written once. Nothing here knows HTTP beyond
-the header names. `<access>` is the caller's `port.Access` as query parameters; a file id is one too (a raw
-path id may hold `..`, which a URL's path would resolve away).
-
-    GET    /health                              languages, named sessions, its index in a fleet,
-                                                its load: runs now, sessions held (no key needed)
-    GET    /sessions/{id}                       its lease, untouched
-    DELETE /sessions/{id}                       end now (each runner reaps its own sessions)
-    POST   /cancels/{run_key}
-    POST   /runs                                a Run: its JSON frame, then the bytes of inputs it
-                                                carries, a frame each; answers the Ran
-    POST   /writes                              files written all or none: a JSON frame (placement,
-                                                limit), then a frame per file; answers the session
-    GET    /sessions/{id}/files?<access>        the listing
-    GET    /sessions/{id}/file?id=<file id>&<access>     a file's bytes, its stat in headers
-    DELETE /sessions/{id}/file?id=<file id>&<access>     answers the path removed
-    GET    /sessions/{id}/stat?id=<file id>&<access>
-    POST   /reads?<access>                      inputs of any of its sessions (each names its
-                                                origin) in one answer, a frame each: a run on
-                                                another runner or VM carries them in
-    GET    /sessions/{id}/records/{key}?<access>     the service's own record (port.Keep)
-    GET    /report                              what the console shows of it (port.HostReport):
-                                                its load, who holds most, its last hour
-    GET    /usage?epoch=&since=                 what each owner holds on it (digest: bytes), as
-                                                changed since that pass of that process (quotas)
+Both ends import this module, the runner (`codeexec.runner.app`, which serves each route
+of the table) and the `runner` backend (`codeexec.sandbox.runner`, which addresses each
+by it), so a route and a shape are written once. Nothing here knows HTTP beyond the
+header names.
 
 A frame is one JSON line, then the file's bytes in chunks, each a 4-byte big-endian length
 and that many bytes, ended by an empty chunk: files of any number and size, streamed one
 after another, lengths unknown ahead.
 
-A runner is never silent for long: an answer not ready within HEARTBEAT_SECONDS is a 200
-at once (LATE_HEADER), a space every HEARTBEAT_SECONDS, then its JSON, or `{LATE_ERROR:
-{status, body}}` for an error. So a caller tells a runner at work from one that froze, died
-or lost its link by silence alone (SILENT_SECONDS), whatever the call, and no call waits
-minutes on a dead peer's connection.
+A runner is never silent for long, whatever the call: an answer not ready within
+HEARTBEAT_SECONDS is a 200 at once (LATE_HEADER), a space every HEARTBEAT_SECONDS, then
+what it answers, or `{LATE_ERROR: {status, body}}` for an error. An answer of bytes (a
+file, a record) begins with one JSON line, its head, so it can be kept alive the same way.
+So a caller tells a runner at work from one that froze, died or lost its link by silence
+alone (SILENT_SECONDS), and no call waits minutes on a dead peer's connection.
 """
 
 from __future__ import annotations
 
 import base64
+import enum
 import io
 import json
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, BinaryIO, Protocol, cast
+from urllib.parse import quote
 
 from ... import errors
 from ..port import (
@@ -74,9 +55,6 @@ from ..port import (
 )
 
 KEY_HEADER = "X-Runner-Key"
-SIZE_HEADER = "X-File-Size"
-MTIME_HEADER = "X-File-Mtime-Ns"
-PATH_HEADER = "X-File-Path"
 CHUNK = 1 << 16
 LATE_HEADER = "X-Runner-Late"
 LATE_ERROR = "late_error"
@@ -98,8 +76,72 @@ ERRORS: dict[str, type[errors.ServiceError]] = {
         errors.RateLimited,
         errors.Unavailable,
         errors.BackendUnavailable,
+        errors.ListingNeeded,
     )
 }
+
+# -- the routes ----------------------------------------------------------------------------
+
+
+class Answer(enum.Enum):
+    JSON = "json"  # kept alive: spaces, then the JSON
+    BYTES = "bytes"  # kept alive: spaces, then its head (a JSON line), then the bytes
+    FRAMES = "frames"  # a frame per file, each as it is read
+
+
+@dataclass(frozen=True)
+class Route:
+    """One request of the wire: `path` is a template whose `{names}` are path segments."""
+
+    method: str
+    path: str
+    answer: Answer = Answer.JSON
+
+    def at(self, **parts: str) -> Target:
+        return Target(self, self.path.format(**{name: quote(part, safe="") for name, part in parts.items()}))
+
+
+@dataclass(frozen=True)
+class Target:
+    """A route with its parts filled in: what a client asks."""
+
+    route: Route
+    path: str
+
+
+# `<access>` is the caller's `port.Access` as query parameters; a file id is one too (a raw
+# path id may hold `..`, which a URL's path would resolve away).
+HEALTH = Route("GET", "/health")  # languages, named sessions, its index in a fleet, its load:
+#                                   runs now, sessions held (the one route needing no key)
+LEASE = Route("GET", "/sessions/{sid}")  # its lease, untouched
+END = Route("DELETE", "/sessions/{sid}")  # end now (each runner reaps its own sessions)
+CANCEL = Route("POST", "/cancels/{run_key}")
+RUN = Route("POST", "/runs")  # a Run: its JSON frame, then the bytes of the inputs it carries,
+#                               a frame each; answers the Ran
+WRITE = Route("POST", "/writes")  # files written all or none: a JSON frame (placement, limit),
+#                                   then a frame per file; answers the session
+LIST = Route("GET", "/sessions/{sid}/files")  # ?<access>: the listing
+READ = Route("GET", "/sessions/{sid}/file", Answer.BYTES)  # ?id=<file id>&<access>: its stat, its bytes
+REMOVE = Route("DELETE", "/sessions/{sid}/file")  # ?id=<file id>&<access>: answers the path removed
+STAT = Route("GET", "/sessions/{sid}/stat")  # ?id=<file id>&<access>
+READS = Route("POST", "/reads", Answer.FRAMES)  # ?<access>: inputs of any of its sessions (each
+#                        names its origin), a frame each: a run on another runner or VM carries them in
+RECORD = Route("GET", "/sessions/{sid}/records/{key}", Answer.BYTES)  # ?<access>: the service's own
+#                                                                        record (port.Keep)
+REPORT = Route("GET", "/report")  # what the console shows of it (port.HostReport): its load, who
+#                                   holds most, its last hour
+USAGE = Route("GET", "/usage")  # ?epoch=&since=: what each owner holds on it (digest: bytes), as
+#                                 changed since that pass of that process (quotas)
+ROUTES = (HEALTH, LEASE, END, CANCEL, RUN, WRITE, LIST, READ, REMOVE, STAT, READS, RECORD, REPORT, USAGE)
+
+
+def answered(answer: Any) -> Any:
+    """What a runner answered (a JSON answer, an answer's head); the error a late answer
+    carries instead, raised."""
+    late = isinstance(answer, dict) and answer.get(LATE_ERROR)
+    if late:
+        raise error_of(int(late["status"]), late["body"])
+    return answer
 
 class Readable(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Any, BinaryIO, cast
-from urllib.parse import quote
+from typing import Any, BinaryIO
 
 from ... import ids
 from ...errors import SessionNotFound, TooLarge
@@ -49,35 +47,32 @@ class RunnerPort:
             (({"index": c.index, "found": c.found, "read_only": c.read_only}, c.reader) for c in carried),
         )
         with slot():
-            answer = self.client.call("POST", "/runs", content=protocol.frames(frames))
+            answer = self.client.call(protocol.RUN.at(), content=protocol.frames(frames))
         return protocol.ran_of(answer)
 
     def write_files(self, placement: Placement, files: Iterable[tuple[str, BinaryIO]], limit: int) -> str:
         spec = {"placement": protocol.placement_json(placement), "limit": limit}
         bounded = (({"path": path}, _Bounded(data, limit)) for path, data in files)
         frames: Iterable[tuple[dict[str, Any], protocol.Readable | None]] = itertools.chain([(spec, None)], bounded)
-        answer = self.client.call("POST", "/writes", content=protocol.frames(frames))
+        answer = self.client.call(protocol.WRITE.at(), content=protocol.frames(frames))
         return str(answer["session_id"])
 
     def list_files(self, session_id: str, access: Access) -> list[FileInfo]:
-        listing = self.client.call("GET", _session(session_id, "files"), params=protocol.access_params(access))
+        listing = self.client.call(_at(protocol.LIST, session_id), params=protocol.access_params(access))
         return [protocol.file_of(item) for item in listing]
 
     def read_file(self, session_id: str, access: Access, file_id: str, send_to: SendTo | None = None) -> Opened:
         params = {**protocol.access_params(access), "id": file_id}
-        stack, response = self.client.opened("GET", _session(session_id, "file"), params=params)
-        headers = response.headers
-        found = json.loads(headers[protocol.PATH_HEADER])
-        info = FileInfo(found, int(headers[protocol.SIZE_HEADER]), int(headers[protocol.MTIME_HEADER]))
-        return Opened(info, cast(BinaryIO, ResponseReader(stack, response)))
+        head, body = self.client.fetch(_at(protocol.READ, session_id), params=params)
+        return Opened(protocol.file_of(head), body)
 
     def stat_file(self, session_id: str, access: Access, file_id: str) -> FileInfo:
         params = {**protocol.access_params(access), "id": file_id}
-        return protocol.file_of(self.client.call("GET", _session(session_id, "stat"), params=params))
+        return protocol.file_of(self.client.call(_at(protocol.STAT, session_id), params=params))
 
     def remove_file(self, session_id: str, access: Access, file_id: str) -> str:
         params = {**protocol.access_params(access), "id": file_id}
-        return str(self.client.call("DELETE", _session(session_id, "file"), params=params)["path"])
+        return str(self.client.call(_at(protocol.REMOVE, session_id), params=params)["path"])
 
     def read_inputs(self, session_id: str, access: Access, inputs: Iterable[Input]) -> Iterator[Carried]:
         if not ids.is_session_id(session_id):
@@ -89,39 +84,41 @@ class RunnerPort:
         for a run elsewhere to carry in, each read to its end before the next; those not
         found are left out. Indexes are into `inputs`."""
         params = protocol.access_params(access)
-        stack, response = self.client.opened("POST", "/reads", params=params, json=protocol.inputs_json(inputs))
+        target = protocol.READS.at()
+        stack, response = self.client.opened(target, params=params, json=protocol.inputs_json(inputs))
         with stack:
-            reader = ResponseReader(stack, response)
+            reader = ResponseReader(stack, response, target)
             for header, body in protocol.frames_of(reader.read):
                 yield Carried(int(header["index"]), str(header["found"]), bool(header["read_only"]), body)
 
     def read_record(self, session_id: str, access: Access, key: str) -> bytes:
-        path = _session(session_id, "records", key)
-        return self.client.raw("GET", path, params=protocol.access_params(access))
+        _, body = self.client.fetch(_at(protocol.RECORD, session_id, key=key), params=protocol.access_params(access))
+        with body:
+            return body.read()
 
     def lease(self, session_id: str) -> Lease:
-        return protocol.lease_of(self.client.call("GET", _session(session_id)))
+        return protocol.lease_of(self.client.call(_at(protocol.LEASE, session_id)))
 
     def usage(self, epoch: str, since: int) -> dict[str, Any]:
-        return dict(self.client.call("GET", "/usage", params={"epoch": epoch, "since": since}))
+        return dict(self.client.call(protocol.USAGE.at(), params={"epoch": epoch, "since": since}))
 
     def report(self) -> HostReport:
-        return protocol.report_of(self.client.call("GET", "/report"))
+        return protocol.report_of(self.client.call(protocol.REPORT.at()))
 
     def end(self, session_id: str) -> None:
         if ids.is_session_id(session_id):
-            self.client.call("DELETE", f"/sessions/{session_id}")
+            self.client.call(protocol.END.at(sid=session_id))
 
     def cancel(self, run_key: str) -> None:
         if ids.is_file_id(run_key):  # the shape of every run key; anything else names no run
-            self.client.call("POST", f"/cancels/{run_key}")
+            self.client.call(protocol.CANCEL.at(run_key=run_key))
 
 
-def _session(session_id: str, *rest: str) -> str:
+def _at(route: protocol.Route, session_id: str, **parts: str) -> protocol.Target:
     """A session's route; an id of the wrong shape never reaches the runner."""
     if not ids.is_session_id(session_id):
         raise SessionNotFound()
-    return "/".join([f"/sessions/{session_id}", *(quote(part) for part in rest)])
+    return route.at(sid=session_id, **parts)
 
 
 class _Bounded:
