@@ -121,6 +121,13 @@ class MicrovmSandboxes(Sandboxes):
         self._vms: OrderedDict[str, _Vm] = OrderedDict()
         self._vms_lock = threading.Lock()
 
+    def close(self) -> None:
+        """Let go of the connections to the VMs (their endpoints wait for them to close)."""
+        with self._vms_lock:
+            vms, self._vms = list(self._vms.values()), OrderedDict()
+        for vm in vms:
+            vm.port.client.close()
+
     # -- the coarse operations: one request to the session's VM -------------------------------
 
     def execute(self, run: Run, carried: Iterable[Carried] = (), slot: RunSlot = contextlib.nullcontext) -> Ran:
