@@ -113,6 +113,7 @@ class _Vm:
 class MicrovmSandboxes(Sandboxes):
     languages = frozenset(LANGUAGES)  # the image carries every toolchain
     named_sessions = False  # a session id is its VM's
+    cancels = False  # a run key names no VM: see `cancel`
 
     def __init__(self, config: MicrovmConfig, api: MicrovmApi | None = None) -> None:
         self.config = config
