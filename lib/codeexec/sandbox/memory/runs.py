@@ -98,8 +98,7 @@ class _Process:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.kill()
-        self._popen.__exit__(None, None, None)  # its pipes closed, and the program reaped
+        self._popen.__exit__(None, None, None)  # its pipes closed (collect reaped it, its group killed)
 
     @property
     def streams(self) -> tuple[int, int]:
