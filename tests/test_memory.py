@@ -1,6 +1,7 @@
 """What the `memory` backend does beside the contract (tests/test_backends.py runs that on
-it too): it says it is no sandbox, it stays out of Lambda, and a run's processes and
-directories behave as in a sandbox's session. No root: it is the light tier's backend."""
+it too): it says it is no sandbox, it stays out of Lambda, and a run's processes, its
+directories and the paths it refuses are as in a sandbox's session. No root: it is the
+light tier's backend."""
 
 from __future__ import annotations
 
@@ -62,3 +63,17 @@ def test_what_a_program_made_unreadable_is_still_its_sessions(client: TestClient
     session = run(client, code, lang="bash")["session_id"]
     body = run(client, "cat d/a.txt b.txt", lang="bash", session_id=session)
     assert (body["stdout"], names(body)) == ("a\nb\n", [])
+
+
+def test_a_path_no_filesystem_would_take_is_refused_as_on_local(client: TestClient) -> None:
+    session = client.post("/v1/upload", files={"file": ("a", b"file")}).json()["session_id"]
+    for taken in ("a/b.txt", "a/b/c.txt"):  # under a file
+        reply = client.post("/v1/upload", data={"session_id": session}, files={"file": (taken, b"x")})
+        assert (reply.status_code, reply.json()["details"]) == (
+            400,
+            "a part of the file's path is a file, not a directory",
+        )
+    run(client, "mkdir d; echo x > d/x.txt", lang="bash", session_id=session)
+    reply = client.post("/v1/upload", data={"session_id": session}, files={"file": ("d", b"x")})  # a directory's name
+    assert (reply.status_code, reply.json()["details"]) == (400, "a directory has that name")
+    assert client.get(f"/v1/download/{session}/a").content == b"file"

@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
@@ -76,22 +77,26 @@ class MemorySandbox:
     def _commit(self, written: dict[str, File]) -> None:
         """Put files in, all or none: every path checked against the tree first."""
         tree = self._session.tree
-        dirs = set(tree.dirs)
+        dirs, paths = set(tree.dirs), tree.files.keys() | written.keys()
         for path in written:
-            _check_placeable(path, tree.files.keys() | written.keys(), dirs)
+            _check_placeable(path, paths, dirs)
             parts = path.split("/")
             dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
         self._session.tree = Tree({**tree.files, **written}, frozenset(dirs))
 
     def open_file(self, path: str) -> tuple[BinaryIO, FileInfo]:
-        info = self.stat(path)
-        return io.BytesIO(self._session.tree.files[path].data), info
+        file = self._file(path)  # one moment's: a run may replace the tree meanwhile
+        return io.BytesIO(file.data), FileInfo(path, len(file.data), file.mtime_ns)
 
     def stat(self, path: str) -> FileInfo:
+        file = self._file(path)
+        return FileInfo(path, len(file.data), file.mtime_ns)
+
+    def _file(self, path: str) -> File:
         file = self._session.tree.files.get(path)
         if file is None:
             raise FileNotFound()
-        return FileInfo(path, len(file.data), file.mtime_ns)
+        return file
 
     def list_files(self) -> list[FileInfo]:
         return [FileInfo(path, len(f.data), f.mtime_ns) for path, f in self._session.tree.files.items()]
@@ -140,7 +145,7 @@ def _read_within(data: BinaryIO, limit: int) -> File:
     return File(b"".join(chunks), time.time_ns())
 
 
-def _check_placeable(path: str, files: Iterable[str], dirs: set[str]) -> None:
+def _check_placeable(path: str, files: AbstractSet[str], dirs: AbstractSet[str]) -> None:
     """Refuse what no filesystem would take, as `local` refuses it (local/files.py)."""
     parts = path.split("/")
     if any(part in ("", ".", "..") for part in parts):
