@@ -1,5 +1,6 @@
-"""Shared fixtures: a sandbox root, settings, services (`services`: one for any settings,
-closed after the test), the app in-process, and the app on loopback.
+"""Shared fixtures: a sandbox root, settings (`settings`: the `local` backend, so root;
+`memory_settings`: the `memory` backend, no root and no sandbox), services (`services`:
+one for any settings, closed after the test), the app in-process, and the app on loopback.
 
 Every service a test uses comes from `services`, which makes its backend as the run asks:
 
@@ -29,6 +30,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -63,9 +65,10 @@ os.environ["WARM_PYTHON"] = os.environ["WARM_SANDBOXES"] = os.environ["WARM_SCIE
 TEST_STORAGE = Path("/var/tmp/codeexec-tests")
 
 
-# Backends a parametrized fixture may name whose sandboxes are this host's (a runner, a fake
-# MicroVM's runner): they need the sandboxes' storage too, fetched by getfixturevalue.
-_LOCAL_SANDBOXES = {"local", "runner", "microvm"}
+# Backends a parametrized fixture may name whose sandboxes are this host's (a runner, a
+# fleet of them, a fake MicroVM's runner): they need the sandboxes' storage too, fetched by
+# getfixturevalue.
+_LOCAL_SANDBOXES = {"local", "runner", "fleet", "microvm"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -102,21 +105,32 @@ def sandbox_root(sandbox_storage: Path) -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def settings(sandbox_root: Path) -> Settings:
-    return Settings(
-        sandbox_root=sandbox_root,
-        code_exec_api_key=SecretStr(API_KEY),
-        run_timeout_seconds=20,
+def base_settings(**changes: Any) -> Settings:
+    """The settings every test's service starts from, with its backend's (and any other
+    changes)."""
+    common: dict[str, Any] = {
+        "code_exec_api_key": SecretStr(API_KEY),
+        "run_timeout_seconds": 20,
         # Small enough that a test can send one byte more than the limit.
-        max_upload_bytes=5 << 20,
+        "max_upload_bytes": 5 << 20,
         # The same run slots on every machine: how many calls of one user are taken on at
         # once is a share of them.
-        max_concurrent_runs=8,
-        warm_python=WARM_PYTHON,
-        warm_sandboxes=WARM_PYTHON,
-        warm_scientific=WARM_PYTHON,
+        "max_concurrent_runs": 8,
+    }
+    return Settings(**common | changes)
+
+
+@pytest.fixture
+def settings(sandbox_root: Path) -> Settings:
+    return base_settings(
+        sandbox_root=sandbox_root, warm_python=WARM_PYTHON, warm_sandboxes=WARM_PYTHON, warm_scientific=WARM_PYTHON
     )
+
+
+@pytest.fixture
+def memory_settings() -> Settings:
+    """The same settings on the `memory` backend: no root, and no sandbox (docs/backends.md)."""
+    return base_settings(sandbox_backend="memory")
 
 
 @pytest.fixture

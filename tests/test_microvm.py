@@ -145,6 +145,27 @@ def test_another_organization_cannot_address_the_session(client: TestClient) -> 
     assert client.get("/v1/files/abc_def______________").status_code == 404  # no VM id maps to it
 
 
+def test_a_closed_service_lets_go_of_its_connections_to_the_vms(app: FastAPI, fake: FakeMicrovms) -> None:
+    """A closed service holds no connection open: the fake's endpoints wait for open ones
+    as they stop (each microvm test's teardown waited for one)."""
+    run(TestClient(app, headers={"X-API-Key": API_KEY}), "print(1)")
+    endpoints = httpx.URL(fake.endpoints_url).port
+    assert connections_to(endpoints) > 0  # kept for the next call
+    app.state.service.close()
+    assert connections_to(endpoints) == 0
+
+
+def connections_to(port: int | None) -> int:
+    """This host's established TCP connections to a port on loopback."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                remote, state = row.split()[2:4]
+                count += state == "01" and int(remote.rsplit(":", 1)[1], 16) == port
+    return count
+
+
 def test_the_reaper_ends_what_aws_suspended_and_what_outlived_its_ttl(
     client: TestClient, app: FastAPI, fake: FakeMicrovms
 ) -> None:

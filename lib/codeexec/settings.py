@@ -78,8 +78,8 @@ class Settings(BaseSettings):
     code_exec_jwt_org_claim: str = "tenant_id"  # the claim LibreChat (v0.8.6+) puts its tenant in
     code_exec_jwt_algorithms: Annotated[frozenset[str], NoDecode] = frozenset({"RS256", "ES256", "EdDSA"})
 
-    sandbox_backend: Literal["local", "agentcore", "runner", "microvm"] = "local"
-    # local backend: one directory per session under here.
+    # `memory` is no sandbox: for tests and trying the API (docs/backends.md).
+    sandbox_backend: Literal["local", "memory", "agentcore", "runner", "microvm"] = "local"
     # local backend: one btrfs subvolume per session under here; made a btrfs filesystem
     # of its own (an image beside it, loop-mounted) when it is not on one.
     sandbox_root: Path = Path("/var/lib/codeexec")

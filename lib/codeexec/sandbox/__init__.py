@@ -41,10 +41,23 @@ def _local(settings: Settings) -> Sandboxes:
             warm_python=settings.warm_python,
             warm_sandboxes=settings.warm_sandboxes,
             warm_scientific=settings.warm_scientific,
-            # The longest run (compilers get at least a minute), and a little more.
-            hold_wait_seconds=max(settings.run_timeout_seconds, 60) + 15,
+            hold_wait_seconds=_hold_wait(settings),
             runner_index=settings.fleet_index(),
         )
+    )
+
+
+def _hold_wait(settings: Settings) -> float:
+    """How long a call waits for a session another call holds: the longest run (compilers
+    get at least a minute), and a little more."""
+    return max(settings.run_timeout_seconds, 60) + 15
+
+
+def _memory(settings: Settings) -> Sandboxes:
+    from .memory import MemoryConfig, MemorySandboxes
+
+    return MemorySandboxes(
+        MemoryConfig(settings.lease_ttl_seconds, settings.max_output_bytes, hold_wait_seconds=_hold_wait(settings))
     )
 
 
@@ -107,6 +120,7 @@ def _runner_key(settings: Settings) -> str:
 
 _BACKENDS: dict[str, Callable[[Settings], Sandboxes]] = {
     "local": _local,
+    "memory": _memory,
     "agentcore": _agentcore,
     "runner": _runner,
     "microvm": _microvm,

@@ -392,13 +392,19 @@ class HostReport:
 
 class Sandboxes(ABC):
     """A sandbox backend: the coarse operations a route needs, one request each on a
-    remote backend, and the reaper's. Backends set `languages` and `named_sessions`."""
+    remote backend, and the reaper's. Backends say what they can do in the attributes
+    below (docs/backends.md, clause 11)."""
 
     #: the `lang` values this backend can run
     languages: frozenset[str] = frozenset()
     #: whether a Placement may name a session of the caller's choosing (the stateful
     #: profile derives one per conversation); a backend whose ids are its own says no
     named_sessions: bool = False
+    #: whether a program finds its session's files at /mnt/data, its working directory
+    #: (where LibreChat tells the model they are); `memory` runs it in a directory of its own
+    mnt_data: bool = True
+    #: whether `cancel` reaches a run; where a run key names no sandbox it is a no-op
+    cancels: bool = True
 
     def check_language(self, lang: str) -> None:
         """UnsupportedLanguage unless this backend runs `lang`, under any of its names:

@@ -168,6 +168,7 @@ class _Session:
 class AgentCoreSandboxes(Sandboxes):
     languages = frozenset(_LANGS)
     named_sessions = False  # AgentCore chooses its session ids itself
+    cancels = False  # a run key names no session: see `cancel`
 
     def __init__(self, config: AgentCoreConfig, api: AgentCoreApi | None = None) -> None:
         self.ttl_seconds = min(config.lease_ttl_seconds, MAX_SESSION_SECONDS)

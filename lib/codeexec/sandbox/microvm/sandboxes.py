@@ -112,6 +112,7 @@ class _Vm:
 class MicrovmSandboxes(Sandboxes):
     languages = frozenset(LANGUAGES)  # the image carries every toolchain
     named_sessions = False  # a session id is its VM's
+    cancels = False  # a run key names no VM: see `cancel`
 
     def __init__(self, config: MicrovmConfig, api: MicrovmApi | None = None) -> None:
         self.config = config
@@ -119,6 +120,13 @@ class MicrovmSandboxes(Sandboxes):
         self.ttl_seconds = min(config.lease_ttl_seconds, MAX_SECONDS)
         self._vms: OrderedDict[str, _Vm] = OrderedDict()
         self._vms_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Let go of the connections to the VMs (their endpoints wait for them to close)."""
+        with self._vms_lock:
+            vms, self._vms = list(self._vms.values()), OrderedDict()
+        for vm in vms:
+            vm.port.client.close()
 
     # -- the coarse operations: one request to the session's VM -------------------------------
 
