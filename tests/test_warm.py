@@ -1,4 +1,4 @@
-"""Warm sandboxes (sandbox/local/warm.py, forkserver.py): a run forked from a fork server
+"""Warm sandboxes (sandbox/local/warm/): a run forked from a fork server
 is a cold run's equal in isolation and limits, sees nothing of an earlier run or of
 another session, cannot reach its server or a sibling, and a run that finds none ready,
 or a host that cannot make them, runs cold. (`make test-warm` runs the security, limit
@@ -6,6 +6,7 @@ and language suites warm too.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import time
@@ -20,7 +21,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
-from codeexec.sandbox.local import cgroups, forkserver, warm
+from codeexec.sandbox.local import cgroups
+from codeexec.sandbox.local.warm import kernel, ready, wire
+from codeexec.sandbox.local.warm import server as fork_server
+from codeexec.sandbox.local.warm.pools import Pool
 from codeexec.settings import Settings
 
 from .conftest import API_KEY
@@ -54,7 +58,7 @@ def run(client: TestClient, code: str, **body: Any) -> dict[str, Any]:
     return reply.json()
 
 
-def pools(app: FastAPI) -> dict[str, warm.Pool]:
+def pools(app: FastAPI) -> dict[str, Pool]:
     """The app's pools that are on (its scientific one is off here: test_warm_scientific.py)."""
     return dict(app.state.service.sessions.sandboxes.launcher.warm.pools)
 
@@ -221,7 +225,7 @@ print("still here")
 """
 
 
-def family(server: warm.Server) -> list[int]:
+def family(server: fork_server.Server) -> list[int]:
     """The host pids of a fork server and of everything it made (runs made ahead, runs)."""
     parents = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
@@ -367,7 +371,7 @@ def test_a_server_is_replaced_after_its_runs(
     bare = pools(app)["bare"]
     first = bare.server
     assert first is not None
-    monkeypatch.setattr(warm, "_SERVER_RUNS", first.forked + 1)
+    monkeypatch.setattr(bare, "policy", dataclasses.replace(bare.policy, server_runs=first.forked + 1))
     for _ in range(6):  # the pool replaces it while the runs it made ahead go on serving
         assert run(client, "print(1)")["stdout"] == "1\n"
         wait_warm(app)
@@ -385,7 +389,7 @@ def test_a_server_is_replaced_after_its_runs(
 @pytest.fixture
 def cold_on_failure(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A host where a server starts but cannot make a run's namespaces (no capability)."""
-    monkeypatch.setattr(forkserver, "CAPABILITIES", ("CAP_NET_ADMIN",))
+    monkeypatch.setattr(fork_server, "CAPABILITIES", ("CAP_NET_ADMIN",))
     yield
 
 
@@ -410,7 +414,7 @@ def test_a_run_the_ready_run_cannot_take_runs_cold(
     def refused(path: str) -> int:
         raise OSError(1, "open_tree refused")
 
-    monkeypatch.setattr(forkserver, "open_tree", refused)
+    monkeypatch.setattr(kernel, "open_tree", refused)
     reply = run(client, WARM + "print(6 * 7)")
     assert reply["stdout"] == "cold\n42\n"
     assert pools(app)["py"].taken == 1  # it was taken, failed before the program had its run, and ran cold
@@ -440,7 +444,7 @@ def test_a_host_without_detached_mounts_runs_every_run_cold(
     def missing(path: str) -> int:
         raise OSError(38, "Function not implemented")  # a kernel before 5.2
 
-    monkeypatch.setattr(forkserver, "open_tree", missing)
+    monkeypatch.setattr(kernel, "open_tree", missing)
     app = create_app(settings.model_copy(update={"warm_python": 1, "warm_sandboxes": 1, "warm_scientific": 1}))
     assert pools(app) == {}
     assert run(TestClient(app, headers={"X-API-Key": API_KEY}), WARM + "print(6 * 7)")["stdout"] == "cold\n42\n"
@@ -463,7 +467,7 @@ def test_a_fork_that_fails_leaves_its_server_to_end_with_its_pool(
     with monkeypatch.context() as patched:
         patched.setattr(cgroups.RunCgroup, "create", refused)
         with pytest.raises(OSError):
-            server.fork(forkserver.ForkOrder(nice=0))
+            ready.fork(server, wire.ForkOrder(nice=0))
     bare.close()  # its runs made ahead end, and it is retired; the backend's threads live on
     deadline = time.monotonic() + 10
     while server.alive():
@@ -476,7 +480,7 @@ def test_a_run_made_ahead_that_waited_has_copied_the_pages_runs_write(app: FastA
     pages runs write first (12 MiB for this server) before its program starts; and the
     server's first uses left nothing a program could see (no figure open)."""
     wait_warm(app)
-    time.sleep(1.5)  # longer than a run made ahead waits before it copies (forkserver._IDLE_SECONDS)
+    time.sleep(1.5)  # longer than a run made ahead waits before it copies (policy.Kind.copy_after)
     code = (
         WARM + "rollup = dict(line.split(':') for line in open('/proc/self/smaps_rollup').readlines()[1:])\n"
         "print(int(rollup['Private_Dirty'].split()[0]) > 8 * 1024)\n"

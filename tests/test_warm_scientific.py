@@ -1,4 +1,4 @@
-"""The scientific fork server (sandbox/local/warm.py, warm.KINDS["scientific"]): a py run naming
+"""The scientific fork server (sandbox/local/warm/, policy.KINDS["scientific"]): a py run naming
 SciPy, seaborn, scikit-learn, statsmodels or plotly is forked from the interpreter that has
 imported them already; one naming pandas alone from the first server, as before; and
 its forks draw random numbers of their own, as every fork of every server does."""
@@ -12,7 +12,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
-from codeexec.sandbox.local import cgroups, warm
+from codeexec.sandbox.local import cgroups
+from codeexec.sandbox.local.warm.pools import Pool
 from codeexec.settings import Settings
 
 from .calls import run
@@ -57,7 +58,7 @@ def app(settings: Settings, warm_pools: None) -> FastAPI:
     return create_app(settings.model_copy(update={"warm_python": 1, "warm_scientific": 1, "warm_sandboxes": 1}))
 
 
-def pools(app: FastAPI) -> dict[str, warm.Pool]:
+def pools(app: FastAPI) -> dict[str, Pool]:
     return app.state.service.sessions.sandboxes.launcher.warm.pools  # type: ignore[no-any-return]
 
 

@@ -1,7 +1,7 @@
 """The one local launch: every run of the `local` backend goes in here, with what its
 toolchain says to launch (toolchains.Launch), and comes out a RunResult.
 
-It is forked from a warm server of the kind it wants when one can be had (warm.py), else
+It is forked from a warm server of the kind it wants when one can be had (warm/), else
 it runs cold in a bubblewrap sandbox of its own (bwrap.py); both see the sandbox layout.py
 describes, under one Confinement, and are collected to their end the same way (collect.py).
 The launcher owns the warm pools and closes them with the backend.
@@ -15,13 +15,13 @@ from ..port import RunResult
 from .bwrap import ColdRuns
 from .limits import Confinement
 from .toolchains import Launch
-from .warm import WarmPools
+from .warm import Policy, WarmPools
 
 
 class Launcher:
     def __init__(self, confinement: Confinement, warm_sizes: Mapping[str, int]) -> None:
         """`warm_sizes`: how many runs each kind of warm server keeps made ahead (warm.KINDS)."""
-        self.warm = WarmPools(confinement, warm_sizes)
+        self.warm = WarmPools(confinement, Policy(warm_sizes))
         self.cold = ColdRuns(confinement)
 
     def run(self, data_dir: str, launch: Launch, cancelled: Callable[[], bool] | None) -> RunResult:

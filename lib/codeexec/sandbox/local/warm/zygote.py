@@ -1,7 +1,7 @@
 """A warm Python interpreter, the fork server's (forkserver.py), as it runs INSIDE its sandbox.
 
-Started by warm.py in a sandbox of its own, it imports what its configuration names (the
-modules of its kind of server, warm.KINDS: none for a bare one) and makes a first use of
+Started by server.py in a sandbox of its own, it imports what its configuration names (the
+modules of its kind of server, policy.KINDS: none for a bare one) and makes a first use of
 them (a figure drawn, a model fitted); what that made is frozen out of the garbage
 collector and laid in huge pages; then it serves. Each run is a fork of it that
 became a sandbox of its own (forkserver.py), and runs its Python program here, as
@@ -273,10 +273,10 @@ def exit_code(source: str, args: list[str]) -> int:
 
 
 def main() -> None:
-    # A sibling in /code here, not a module of the package the service imports this from.
-    forkserver = importlib.import_module("forkserver")
+    # Siblings in /code here, not modules of the package the service imports this from.
+    forkserver, wire = (importlib.import_module(name) for name in ("forkserver", "wire"))
     forkserver.own_pid_namespace()
-    config = forkserver.load_config()
+    config = wire.load_config()
     preload(config.preload, config.warm_ups)
     _generators.extend(find_generators())
     # What the imports made is never garbage: the runs' collections skip it, and so never
