@@ -22,9 +22,10 @@ from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
 from codeexec.sandbox.local import cgroups
-from codeexec.sandbox.local.warm import kernel, ready, wire
+from codeexec.sandbox.local.warm import PoolStats, kernel, ready, wire
 from codeexec.sandbox.local.warm import server as fork_server
 from codeexec.sandbox.local.warm.pools import Pool
+from codeexec.sandbox.port import OwnerTag, Program, RunResult
 from codeexec.settings import Settings
 
 from .conftest import API_KEY
@@ -290,6 +291,26 @@ def test_with_none_ready_a_run_is_forked_at_once_and_without_a_server_runs_cold(
         for ready in taken:
             assert ready is not None
             ready.close()
+
+
+def test_a_run_says_whether_it_ran_warm_and_each_pool_counts_its_hits_and_misses(app: FastAPI) -> None:
+    sandboxes = app.state.service.sessions.sandboxes
+
+    def launched(code: str) -> RunResult:
+        with sandboxes.create(OwnerTag("org", "user")) as sandbox:
+            return sandbox.run(Program("py", code))
+
+    wait_warm(app)
+    stats = sandboxes.launcher.warm_stats
+    assert {kind: stats()[kind] for kind in ("py", "bare")} == {"py": PoolStats(2, 0, 0), "bare": PoolStats(2, 0, 0)}
+    pandas, bare = launched(WARM), launched("print(1)")
+    assert (pandas.stdout, pandas.warm, bare.stdout, bare.warm) == ("warm\n", True, "1\n", True)
+    for pool in pools(app).values():
+        pool.close()
+    cold = launched(WARM)
+    assert (cold.stdout, cold.warm) == ("cold\n", False)
+    # The cold run counts against the kind it wanted; the pools hold no run now.
+    assert {kind: stats()[kind] for kind in ("py", "bare")} == {"py": PoolStats(0, 1, 1), "bare": PoolStats(0, 1, 0)}
 
 
 def test_a_program_naming_no_library_forks_from_a_bare_interpreter(app: FastAPI, client: TestClient) -> None:

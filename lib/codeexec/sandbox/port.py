@@ -214,6 +214,7 @@ class RunResult:
     stderr: str
     exit_code: int | None  # None when the run was stopped
     hits: tuple[LimitHit, ...] = ()
+    warm: bool | None = None  # forked from a warm server (else launched cold); None: the backend does not say
 
     @property
     def stdout_cut(self) -> bool:

@@ -1,5 +1,6 @@
 """The one local launch: every run of the `local` backend goes in here, with what its
-toolchain says to launch (toolchains.Launch), and comes out a RunResult.
+toolchain says to launch (toolchains.Launch), and comes out a RunResult that says whether
+it ran warm.
 
 It is forked from a warm server of the kind it wants when one can be had (warm/), else
 it runs cold in a bubblewrap sandbox of its own (bwrap.py); both see the sandbox layout.py
@@ -9,13 +10,14 @@ The launcher owns the warm pools and closes them with the backend.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 
 from ..port import RunResult
 from .bwrap import ColdRuns
 from .limits import Confinement
 from .toolchains import Launch
-from .warm import Policy, WarmPools
+from .warm import Policy, PoolStats, WarmPools
 
 
 class Launcher:
@@ -28,7 +30,13 @@ class Launcher:
         """`launch` over the artifact directory data_dir, warm, else cold (the two take the
         same arguments); `cancelled` is asked every 20 ms, and once it says yes the run is stopped."""
         warm = self.warm.run(data_dir, launch, cancelled)
-        return warm if warm is not None else self.cold.run(data_dir, launch, cancelled)
+        if warm is not None:
+            return dataclasses.replace(warm, warm=True)
+        return dataclasses.replace(self.cold.run(data_dir, launch, cancelled), warm=False)
+
+    def warm_stats(self) -> dict[str, PoolStats]:
+        """Each warm pool's runs ready now, and the runs it served warm and those that ran cold."""
+        return self.warm.stats()
 
     def close(self) -> None:
         self.warm.close()

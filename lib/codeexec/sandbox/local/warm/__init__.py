@@ -13,7 +13,7 @@ The package, one concern a module:
 - policy.py: every choice of the pools, named in one place: the kinds and what each
   imports, the pools' sizes, which kinds a launch is forked from, when a run made ahead
   copies pages, the refills' priority, how long a server serves;
-- pools.py: the pools (WarmPools, the backend's) and their refills;
+- pools.py: the pools (WarmPools, the backend's), their refills and stats;
 - server.py: one fork server, started in a bubblewrap sandbox of its own;
 - ready.py: one run made ahead, handed its run and collected;
 - wire.py: the messages between the service, a server and a run, and what each carries;
@@ -23,6 +23,6 @@ The package, one concern a module:
 """
 
 from .policy import KINDS, Policy
-from .pools import WarmPools
+from .pools import PoolStats, WarmPools
 
-__all__ = ["KINDS", "Policy", "WarmPools"]
+__all__ = ["KINDS", "Policy", "PoolStats", "WarmPools"]

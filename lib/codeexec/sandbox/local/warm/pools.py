@@ -11,6 +11,7 @@ the one with the libraries, no memory cgroup) those runs are cold, and the log s
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
@@ -18,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 from ...port import RunResult
 from ..limits import Confinement
@@ -33,6 +35,15 @@ _RETRY_SECONDS = 1.0  # after a run made ahead failed to start
 _CLOSE_SECONDS = 10.0  # each of the pools' threads, at their close
 
 
+@dataclass(frozen=True)
+class PoolStats:
+    """One kind's pool, as telemetry counts it."""
+
+    ready: int  # runs made ahead, ready now
+    hits: int  # runs it served warm: made ahead, or forked at once with none ready
+    misses: int  # runs that wanted it (first of the pools in their fork order) and ran cold
+
+
 class WarmPools:
     """A pool of runs made ahead for each kind of server the policy sizes, and the two
     threads they share."""
@@ -46,6 +57,9 @@ class WarmPools:
         self._teardown = threading.Thread(target=self._end_runs, name="warm-teardown", daemon=True)
         self._starter = threading.Thread(target=self._start_servers, name="warm-server", daemon=True)
         self._stop_r, self._stop_w = os.pipe()  # a byte in it: a server starting now is not wanted
+        self._counted = threading.Lock()
+        self._hits: collections.Counter[str] = collections.Counter()
+        self._misses: collections.Counter[str] = collections.Counter()
         self.pools: dict[str, Pool] = {}
         if not any(size > 0 for size in policy.sizes.values()) or not _possible():
             return
@@ -64,12 +78,24 @@ class WarmPools:
         if not pools:
             return None
         taken = _take(pools)
-        if taken is None:
-            return None
-        try:
-            return taken.run(data_dir, launch, cancelled)
-        finally:
-            self._ending.put(taken)  # off the reply's path
+        result = None
+        if taken is not None:
+            try:
+                result = taken.run(data_dir, launch, cancelled)
+            finally:
+                self._ending.put(taken)  # off the reply's path
+        with self._counted:
+            if taken is not None and result is not None:
+                self._hits[taken.server.name] += 1
+            else:
+                self._misses[pools[0].kind] += 1
+        return result
+
+    def stats(self) -> dict[str, PoolStats]:
+        """Each pool's runs ready now, and the runs it served warm and those that ran cold."""
+        with self._counted:
+            return {kind: PoolStats(pool.ready(), self._hits[kind], self._misses[kind])
+                    for kind, pool in self.pools.items()}  # fmt: skip
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Every pool full (tests, benchmarks: runs never wait)."""
@@ -171,6 +197,10 @@ class Pool:
         self._failures = 0
         self._wanted.set()
         threading.Thread(target=self._refill, name=f"warm-{kind}", daemon=True).start()
+
+    def ready(self) -> int:
+        """How many runs made ahead are ready now."""
+        return len(self._ready)
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Wait until every run of the pool is ready (tests, benchmarks: runs never wait)."""
