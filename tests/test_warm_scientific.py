@@ -1,11 +1,13 @@
 """The scientific fork server (sandbox/local/warm/, policy.KINDS["scientific"]): a py run naming
 SciPy, seaborn, scikit-learn, statsmodels or plotly is forked from the interpreter that has
-imported them already; one naming pandas alone from the first server, as before; and
-its forks draw random numbers of their own, as every fork of every server does."""
+imported them already; one naming pandas alone from the first server, as before; its
+forks draw random numbers of their own, as every fork of every server does; and none
+ends later than its program because of what the server imported."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -13,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
 from codeexec.sandbox.local import cgroups
+from codeexec.sandbox.local.layout import PYTHON_LIBS
 from codeexec.sandbox.local.warm.pools import Pool
 from codeexec.settings import Settings
 
@@ -96,3 +99,18 @@ def test_two_runs_of_the_scientific_server_draw_different_numbers(app: FastAPI) 
     assert scientific.taken == 2
     same = [line for line, other in zip(*draws, strict=True) if line == other]
     assert not same, same
+
+
+@pytest.mark.skipif(not (Path(PYTHON_LIBS) / "polars").is_dir(), reason="no polars in this environment")
+def test_a_run_ends_with_its_program_though_a_preloaded_library_would_import_polars(app: FastAPI) -> None:
+    """statsmodels imports polars where it can; polars starts a thread at its import, and
+    its exit handler waits for that thread. A server never imports it (policy.KEPT_OUT):
+    a run forked from one that had would have no such thread, and would wait at its end
+    until its time limit. A run imports polars itself, and ends."""
+    client = TestClient(app, headers={"X-API-Key": API_KEY})
+    scientific = pools(app)["scientific"]
+    assert scientific.wait_ready(120)
+    code = "import sys, statsmodels.api, polars\nprint('polars' in sys.modules, polars.DataFrame({'a': [1, 2]}).height)"
+    reply = run(client, code)
+    assert (reply["stdout"], reply["stderr"]) == ("True 2\n", ""), reply
+    assert scientific.taken == 1

@@ -15,6 +15,12 @@ from pathlib import Path
 
 from ..toolchains import Launch
 
+# Never imported by a server, though a library it preloads imports one where it can (and
+# runs without it): each starts a thread at its import, and a run forked from the server
+# has only the thread that forked it. polars (which statsmodels imports) would make every
+# run's exit wait, forever, on its spill-file cleaner. A run that wants one imports it.
+KEPT_OUT = ("polars",)
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -25,6 +31,7 @@ class Kind:
     preload: tuple[str, ...]
     warm_ups: tuple[str, ...]  # zygote._WARM_UPS
     copy_after: float
+    kept_out: tuple[str, ...] = KEPT_OUT
 
 
 # Chosen by measurement: what most programs import, and (the scientific server's) what

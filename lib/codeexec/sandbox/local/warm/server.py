@@ -138,6 +138,7 @@ def _files(kind: Kind, confinement: Confinement) -> dict[str, bytes]:
         files=tuple(layout.path_inside(name) for name in run_files),
         preload=kind.preload,
         warm_ups=kind.warm_ups,
+        kept_out=kind.kept_out,
         copy_after=kind.copy_after,
     )
     return {**SOURCES, ".seccomp.bpf": seccomp.bpf(), **run_files, wire.CONFIG: config.to_json()}

@@ -204,6 +204,7 @@ class Config:
     files: tuple[str, ...]  # copied into each run: into /code, or beside it, read-only (the font cache in /tmp)
     preload: tuple[str, ...]  # the modules the server imports first (zygote.py)
     warm_ups: tuple[str, ...]  # and the first uses it makes of them
+    kept_out: tuple[str, ...]  # modules it never imports (what imports them goes without)
     copy_after: float  # seconds a run made ahead waits for its run before it copies the pages runs write first
 
     def to_json(self) -> bytes:

@@ -30,7 +30,11 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 
 
-def preload(modules: Sequence[str], warm_ups: Sequence[str]) -> None:
+def preload(modules: Sequence[str], warm_ups: Sequence[str], kept_out: Sequence[str] = ()) -> None:
+    """`modules` imported and `warm_ups` made, none of `kept_out` imported meanwhile (an
+    import of one fails as where it is not installed); a run may import those itself."""
+    refusal = _Refused(frozenset(kept_out))
+    sys.meta_path.insert(0, refusal)
     with _quietly():
         try:
             for name in modules:
@@ -39,6 +43,20 @@ def preload(modules: Sequence[str], warm_ups: Sequence[str]) -> None:
                 _WARM_UPS[name]()
         except ImportError:
             pass  # a host without them still warms the interpreter itself
+        finally:
+            sys.meta_path.remove(refusal)
+
+
+class _Refused:
+    """An importer that finds the packages it names, and their modules, not installed
+    (libraries that check sys.modules for them find nothing there either)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 @contextlib.contextmanager
@@ -277,7 +295,7 @@ def main() -> None:
     forkserver, wire = (importlib.import_module(name) for name in ("forkserver", "wire"))
     forkserver.own_pid_namespace()
     config = wire.load_config()
-    preload(config.preload, config.warm_ups)
+    preload(config.preload, config.warm_ups, config.kept_out)
     _generators.extend(find_generators())
     # What the imports made is never garbage: the runs' collections skip it, and so never
     # touch (and copy) the pages each fork shares with this process.
