@@ -13,22 +13,23 @@ run's control socket and its cgroup's `cgroup.procs`, opened by the service. Two
 processes follow:
 
 - the run's **init**, pid 1 of a new PID namespace: moves itself into the run's cgroup
-  (writing 0 through the service's descriptor), takes the run's priority, unshares mount, network, IPC and UTS
-  namespaces, mounts the run's own /proc, /dev/pts, /tmp, /dev/shm and /code, brings up
-  the run's loopback and forks the program. At the run it writes the program into /code
-  (then read-only), attaches the session's files at /mnt/data (a detached mount the
-  service made with open_tree, handed over with the run), says so, drops every
-  capability (the bounding set too) and loads the seccomp filter, so that from then on
-  it holds what the program holds, as bwrap's init does, and hands the program its run.
-  It reaps; when the program ends it kills and reaps what the program left running and
-  reports the exit status.
+  (writing 0 through the service's descriptor), takes the run's priority, unshares mount,
+  network, IPC and UTS namespaces, mounts the run's own /proc, /dev/pts, /tmp, /dev/shm
+  and /code, brings up the run's loopback, empties its bounding set and forks the
+  program. At the run it writes the program into /code (then read-only), attaches the
+  session's files at /mnt/data (a detached mount the service made with open_tree, handed
+  over with the run), says so, drops every capability and loads the seccomp filter, so
+  that from then on it holds what the program holds, as bwrap's init does, and hands the
+  program its run. It reaps; when the program ends it kills and reaps what the program
+  left running and reports the exit status.
 - the **program**, pid 2: right away it drops every capability and loads the seccomp
   filter cold runs load, is made ready by the interpreter (zygote.ready: its own random
-  seeds), then waits for its run; one that waits a while has the interpreter do meanwhile
-  what can wait (zygote.meanwhile: the pages a run writes first, copied before it comes).
-  Only then does it take its stdout and stderr, set its CPU limit (its clock started at
-  its fork: a fork's CPU time starts at zero) and run the program: Python in this very
-  interpreter (zygote.py), or any command line by exec.
+  seeds), takes a new process's signals, then waits for its run; one that waits a while
+  has the interpreter do meanwhile what can wait (zygote.meanwhile: the pages a run
+  writes first, copied before it comes). Only then does it take its stdout and stderr,
+  set its CPU limit (its clock started at its fork: a fork's CPU time starts at zero) and
+  run the program: Python in this very interpreter (zygote.py), or any command line by
+  exec.
 
 While the init still holds its capabilities the program cannot reach it (the kernel lets
 no process trace or read one that holds more than itself), and from before the program
@@ -153,6 +154,10 @@ def _init(control: socket.socket, order: wire.ForkOrder, fds: wire.ForkDescripto
     kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)
     _mount_run_filesystems(loaded)
     kernel.loopback_up()
+    # No exec of the run's may gain a capability: the bounding set emptied now, for the
+    # init and the program it forks, off the run's clock (what the init holds, it holds
+    # until its hand-over).
+    kernel.drop_bounding_set(loaded.bounding_set)
     handoff, program_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     program = os.fork()
     if program == 0:
@@ -171,7 +176,7 @@ def _init(control: socket.socket, order: wire.ForkOrder, fds: wire.ForkDescripto
         os._exit(0)
     run, given = wire.run_order(said), wire.RunDescriptors.of(said.fds)
     _hand_over(run, given)
-    _drop_privileges(loaded)
+    _confine(loaded)
     wire.say_started(ctl)
     wire.order_run(handoff, run, given.streams)
     said.close_fds()
@@ -244,27 +249,28 @@ def _mount_run_filesystems(loaded: _Loaded) -> None:
             kernel.read_only_bind(path)
 
 
-def _drop_privileges(loaded: _Loaded) -> None:
-    """Every capability gone, the bounding and ambient sets too, and the seccomp filter on:
-    from here on this process holds what a cold run's program holds."""
-    kernel.drop_bounding_set(loaded.bounding_set)
+def _confine(loaded: _Loaded) -> None:
+    """Every capability gone (the init emptied the bounding set before it forked the
+    program) and the seccomp filter on: from here on this process holds what a cold run's
+    program holds."""
     kernel.drop_capabilities()
     kernel.load_seccomp(loaded.seccomp)
 
 
 def _program(ctl: socket.socket, handoff: socket.socket, loaded: _Loaded) -> NoReturn:
-    """Confined at once, made ready (the interpreter's part), then the run: from the moment
-    its output is the run's, what fails is the program's to say, on its own stderr. A run
-    made ahead that waits a while does the interpreter's work that can wait, as long as
-    its run has not come."""
+    """Confined at once, made ready (the interpreter's part) and its signals a new
+    process's, then the run: from the moment its output is the run's, what fails is the
+    program's to say, on its own stderr. A run made ahead that waits a while does the
+    interpreter's work that can wait, as long as its run has not come."""
     try:
-        _drop_privileges(loaded)
+        _confine(loaded)
         loaded.ready()
         wire.say_hello(ctl, "program")
     except BaseException as error:
         wire.say_error(ctl, error)
         os._exit(0)
     ctl.close()
+    _default_signals()
     if not _readable(handoff, loaded.config.copy_after):
         loaded.meanwhile(lambda: _readable(handoff, 0))
     said = wire.read(handoff)
@@ -278,7 +284,6 @@ def _program(ctl: socket.socket, handoff: socket.socket, loaded: _Loaded) -> NoR
     try:
         resource.setrlimit(resource.RLIMIT_CPU, loaded.config.cpu)  # its clock started at its fork
         os.chdir("/mnt/data")  # the session's mount, which arrived after this process started
-        _default_signals()
         if order.source is not None:
             for ignored in (signal.SIGPIPE, signal.SIGXFSZ):  # as Python ignores them at its start
                 signal.signal(ignored, signal.SIG_IGN)

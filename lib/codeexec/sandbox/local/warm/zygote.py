@@ -19,14 +19,13 @@ import importlib
 import io
 import json
 import os
-import pkgutil  # noqa: F401  # runpy.run_path imports it at every call: here, once
 import random
-import runpy  # here, not in each run: its imports cost a bare run more than its program
 import socket
 import struct
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable, Iterator, Sequence
 
 
@@ -256,7 +255,7 @@ def run(source: str, args: list[str]) -> None:
     sys.argv = [source, *args]
     sys.path[0] = os.path.dirname(source)
     try:
-        runpy.run_path(source, run_name="__main__")
+        _run_as_main(source)
     except SystemExit:
         raise
     except BaseException as error:  # shown as Python shows it: the program's frames only
@@ -265,6 +264,22 @@ def run(source: str, args: list[str]) -> None:
             tb = tb.tb_next
         sys.stderr.write("".join(traceback.format_exception(type(error), error, tb)))
         sys.exit(1)
+
+
+def _run_as_main(source: str) -> None:
+    """What runpy.run_path(source, run_name="__main__") does for a source file, the same
+    module attributes and the interpreter's __main__ given back after, without the
+    importers it first asks whether the path is a zip file or a directory (they cost a
+    bare run more than its program; a run's source is always a file)."""
+    with io.open_code(source) as file:
+        code = compile(file.read(), source, "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=source, __cached__=None, __loader__=None, __package__="", __spec__=None)
+    interpreters, sys.modules["__main__"] = sys.modules["__main__"], main
+    try:
+        exec(code, main.__dict__)  # noqa: S102  # the run's own program
+    finally:
+        sys.modules["__main__"] = interpreters
 
 
 def exit_code(source: str, args: list[str]) -> int:
