@@ -313,6 +313,24 @@ def test_a_run_says_whether_it_ran_warm_and_each_pool_counts_its_hits_and_misses
     assert {kind: stats()[kind] for kind in ("py", "bare")} == {"py": PoolStats(0, 1, 1), "bare": PoolStats(0, 1, 0)}
 
 
+def test_a_pool_with_runs_to_spare_refills_after_the_run_not_during_it(app: FastAPI) -> None:
+    """policy.Policy.ample: a refill's fork and mounts would share the CPU with the run."""
+    wait_warm(app)
+    bare = pools(app)["bare"]
+    taken = [bare.take()]
+    try:
+        time.sleep(0.5)  # a bare fork is ready in milliseconds
+        assert bare.ready() == 1
+        bare.ran()
+        assert bare.wait_ready(10)
+        taken += [bare.take(), bare.take()]  # none to spare: it refills at once
+        assert bare.wait_ready(10)
+    finally:
+        for each in taken:
+            assert each is not None
+            each.close()
+
+
 def test_a_program_naming_no_library_forks_from_a_bare_interpreter(app: FastAPI, client: TestClient) -> None:
     wait_warm(app)
     taken = {name: pool.taken for name, pool in pools(app).items()}

@@ -77,16 +77,17 @@ class WarmPools:
         pools = [pool for kind in self.policy.kinds_for(launch) if (pool := self.pools.get(kind))]
         if not pools:
             return None
-        taken = _take(pools)
+        served, taken = _take(pools)
         result = None
         if taken is not None:
             try:
                 result = taken.run(data_dir, launch, cancelled)
             finally:
                 self._ending.put(taken)  # off the reply's path
+                served.ran()
         with self._counted:
-            if taken is not None and result is not None:
-                self._hits[taken.server.name] += 1
+            if result is not None:
+                self._hits[served.kind] += 1
             else:
                 self._misses[pools[0].kind] += 1
         return result
@@ -150,11 +151,14 @@ class WarmPools:
                 log.exception("a warm sandbox's run did not end cleanly")
 
 
-def _take(pools: list[Pool]) -> ReadyRun | None:
+def _take(pools: list[Pool]) -> tuple[Pool, ReadyRun | None]:
     """A run made ahead from the first pool; with none of it ready, one forked now (a fork
-    costs less than the imports another kind would make), else one of another kind."""
+    costs less than the imports another kind would make), else one of another kind. With
+    the pool it came from (the first, where none came)."""
     first, *others = pools
-    return first.take() or first.make() or next((taken for pool in others if (taken := pool.take())), None)
+    if taken := first.take() or first.make():
+        return first, taken
+    return next(((pool, taken) for pool in others if (taken := pool.take())), (first, None))
 
 
 def _possible() -> bool:
@@ -210,12 +214,19 @@ class Pool:
         return len(self._ready) >= self.size
 
     def take(self) -> ReadyRun | None:
-        """A run made ahead, at once, or None."""
+        """A run made ahead, at once, or None. The pool refills once the run has ended
+        (ran), or at once if it holds too few now (Policy.ample)."""
         with self._lock:
             taken = self._ready.pop(0) if self._ready else None
             self.taken += taken is not None
-        self._wanted.set()
+            ample = self.policy.is_ample(len(self._ready), self.size)
+        if not ample:
+            self._wanted.set()
         return taken
+
+    def ran(self) -> None:
+        """A run it served has ended: time to refill."""
+        self._wanted.set()
 
     def make(self) -> ReadyRun | None:
         """A run made now, at normal priority, when none was ready: it costs a fork, where a
