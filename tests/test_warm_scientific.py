@@ -21,6 +21,7 @@ from codeexec.settings import Settings
 
 from .calls import run
 from .conftest import API_KEY
+from .test_warm import family
 
 pytestmark = [
     pytest.mark.root,
@@ -114,3 +115,15 @@ def test_a_run_ends_with_its_program_though_a_preloaded_library_would_import_pol
     reply = run(client, code)
     assert (reply["stdout"], reply["stderr"]) == ("True 2\n", ""), reply
     assert scientific.taken == 1
+
+
+def test_no_server_holds_a_thread_its_forks_would_miss(app: FastAPI) -> None:
+    """A fork has only the thread that forked it: what a library's thread does for it (a
+    cleaner its exit waits for, a pool its calls queue work on) a run would wait for
+    forever. The allocator's own (jemalloc, pyarrow's) makes itself again in a fork."""
+    assert all(pool.wait_ready(120) for pool in pools(app).values())
+    for kind, pool in pools(app).items():
+        assert pool.server is not None
+        names = {Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+                 for pid in family(pool.server) for task in os.listdir(f"/proc/{pid}/task")}  # fmt: skip
+        assert names <= {"bwrap", "python3", "jemalloc_bg_thd"}, (kind, names)
