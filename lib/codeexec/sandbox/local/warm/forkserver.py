@@ -16,26 +16,28 @@ processes follow:
   (writing 0 through the service's descriptor), takes the run's priority, unshares mount,
   network, IPC and UTS namespaces, mounts the run's own /proc, /dev/pts, /tmp, /dev/shm
   and /code, brings up the run's loopback, empties its bounding set and forks the
-  program. At the run it writes the program into /code (then read-only), attaches the
-  session's files at /mnt/data (a detached mount the service made with open_tree, handed
-  over with the run), says so, drops every capability and loads the seccomp filter, so
-  that from then on it holds what the program holds, as bwrap's init does, and hands the
-  program its run. It reaps; when the program ends it kills and reaps what the program
-  left running and reports the exit status.
-- the **program**, pid 2: right away it drops every capability and loads the seccomp
-  filter cold runs load, is made ready by the interpreter (zygote.ready: its own random
-  seeds), takes a new process's signals, then waits for its run; one that waits a while
-  has the interpreter do meanwhile what can wait (zygote.meanwhile: the pages a run
-  writes first, copied before it comes). Only then does it take its stdout and stderr,
-  set its CPU limit (its clock started at its fork: a fork's CPU time starts at zero) and
-  run the program: Python in this very interpreter (zygote.py), or any command line by
-  exec.
+  program. Then it drops every capability and loads the seccomp filter, so that from
+  then on it holds what the program will hold, as bwrap's init does, and reaps; when the
+  program ends it kills and reaps what the program left running and reports the exit
+  status.
+- the **program**, pid 2, keeps the init's capabilities until its run: made ready by the
+  interpreter (zygote.ready: its own random seeds), it takes a new process's signals and
+  waits; one that waits a while has the interpreter do meanwhile what can wait
+  (zygote.meanwhile: the pages a run writes first, copied before it comes). At its run
+  it writes the program into /code (then read-only), attaches the session's files at
+  /mnt/data (a detached mount the service made with open_tree, handed over with the
+  run), drops every capability and loads the seccomp filter cold runs load, and says so.
+  Only then does it take its stdout and stderr, set its CPU limit (its clock started at
+  its fork: a fork's CPU time starts at zero) and run the program: Python in this very
+  interpreter (zygote.py), or any command line by exec. The service's one message goes
+  to the process that runs it: no hop through the init on the run's clock.
 
-While the init still holds its capabilities the program cannot reach it (the kernel lets
-no process trace or read one that holds more than itself), and from before the program
-exists it is not dumpable, so that it stays out of reach once it holds no more than the
-program. Even so the service takes no word of a run's for its end: a run has ended when
-its init has (its pidfd), and the exit status is only what it reports.
+No program runs while a process of the run holds a capability: the init drops its own
+before the run, the program before its own code. The init is not dumpable from before
+it drops them, so that it stays out of the program's reach (the kernel lets no process
+trace or read one that holds more than itself; the same uid with no more, it could).
+Even so the service takes no word of a run's for its end: a run has ended when its init
+has (its pidfd), and the exit status is only what it reports.
 """
 
 from __future__ import annotations
@@ -154,33 +156,21 @@ def _init(control: socket.socket, order: wire.ForkOrder, fds: wire.ForkDescripto
     kernel.mount(None, "/", None, kernel.MS_REC | kernel.MS_PRIVATE)
     _mount_run_filesystems(loaded)
     kernel.loopback_up()
-    # No exec of the run's may gain a capability: the bounding set emptied now, for the
-    # init and the program it forks, off the run's clock (what the init holds, it holds
-    # until its hand-over).
+    # No exec of the run's may gain a capability: the bounding set emptied for the init and
+    # the program it forks.
     kernel.drop_bounding_set(loaded.bounding_set)
-    handoff, program_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     program = os.fork()
     if program == 0:
-        handoff.close()
-        _program(ctl, program_end, loaded)
-    program_end.close()
-    # Once it drops its capabilities the init holds what the program holds, the same uid:
-    # dumpable, the program could take its descriptors (pidfd_getfd) or rewrite it
-    # (/proc/1/mem), and with them its control socket. Not dumpable, neither can it; the
-    # program, forked before, stays dumpable (its own /proc/self is its own).
+        _program(ctl, loaded)
+    # Confined, the init holds what the program will hold, the same uid: dumpable, the
+    # program could take its descriptors (pidfd_getfd) or rewrite it (/proc/1/mem), and
+    # with them its control socket. Not dumpable, neither can it; the program stays
+    # dumpable (its own /proc/self is its own). It needs nothing more: the program takes
+    # its own hand-over.
     kernel.not_dumpable()
+    _confine(loaded)
     # Signals from inside its namespace never reach pid 1 unless it handles one: none is.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    said = wire.read(ctl)
-    if said.kind is None:  # the run made ahead was closed unused: the program ends with this namespace
-        os._exit(0)
-    run, given = wire.run_order(said), wire.RunDescriptors.of(said.fds)
-    _hand_over(run, given)
-    _confine(loaded)
-    wire.say_started(ctl)
-    wire.order_run(handoff, run, given.streams)
-    said.close_fds()
-    handoff.close()
     code = os.waitstatus_to_exitcode(_reap_until(program))
     _end_the_rest()
     # As bwrap reports a program a signal ended: 128 + the signal's number.
@@ -257,29 +247,34 @@ def _confine(loaded: _Loaded) -> None:
     kernel.load_seccomp(loaded.seccomp)
 
 
-def _program(ctl: socket.socket, handoff: socket.socket, loaded: _Loaded) -> NoReturn:
-    """Confined at once, made ready (the interpreter's part) and its signals a new
-    process's, then the run: from the moment its output is the run's, what fails is the
-    program's to say, on its own stderr. A run made ahead that waits a while does the
-    interpreter's work that can wait, as long as its run has not come."""
+def _program(ctl: socket.socket, loaded: _Loaded) -> NoReturn:
+    """Made ready (the interpreter's part) and its signals a new process's, it waits for
+    its run; one that waits a while does the interpreter's work that can wait, as long as
+    its run has not come. At its run it takes the hand-over and confines itself: from the
+    moment its output is the run's, what fails is the program's to say, on its own stderr."""
     try:
-        _confine(loaded)
         loaded.ready()
         wire.say_hello(ctl, "program")
     except BaseException as error:
         wire.say_error(ctl, error)
         os._exit(0)
-    ctl.close()
     _default_signals()
-    if not _readable(handoff, loaded.config.copy_after):
-        loaded.meanwhile(lambda: _readable(handoff, 0))
-    said = wire.read(handoff)
-    handoff.close()
+    if not _readable(ctl, loaded.config.copy_after):
+        loaded.meanwhile(lambda: _readable(ctl, 0))
+    said = wire.read(ctl)
     if said.kind is None:  # the run made ahead was closed unused
         os._exit(0)
-    order, streams = wire.run_order(said), wire.Streams.of(said.fds)
-    os.dup2(streams.stdout, 1)
-    os.dup2(streams.stderr, 2)
+    order, given = wire.run_order(said), wire.RunDescriptors.of(said.fds)
+    try:
+        _hand_over(order, given)
+        _confine(loaded)
+    except BaseException as error:  # nothing of the run's has run: it runs cold
+        wire.say_error(ctl, error)
+        os._exit(0)
+    wire.say_started(ctl)
+    ctl.close()
+    os.dup2(given.streams.stdout, 1)
+    os.dup2(given.streams.stderr, 2)
     said.close_fds()
     try:
         resource.setrlimit(resource.RLIMIT_CPU, loaded.config.cpu)  # its clock started at its fork

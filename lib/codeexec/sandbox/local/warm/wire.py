@@ -5,9 +5,8 @@ imports this module as a sibling in its /code.
     service -> server    FORK     a ForkOrder; ForkDescriptors
     server  -> service   HELLO    "server": imported, ready to fork
     run     -> service   HELLO    "init", then "program": each where it should be
-    service -> init      RUN      a RunOrder; RunDescriptors
-    init    -> service   STARTED  the program has its run
-    init    -> program   RUN      the same RunOrder; Streams
+    service -> program   RUN      a RunOrder; RunDescriptors
+    program -> service   STARTED  it has its run, and holds what a cold run's program holds
     init    -> service   EXIT     the program's exit status, as bwrap reports one
     any     -> service   ERROR    what failed before the program ran
 
@@ -78,18 +77,10 @@ class Streams:
     stdout: int
     stderr: int
 
-    def listed(self) -> list[int]:
-        return [self.stdout, self.stderr]
-
-    @classmethod
-    def of(cls, fds: list[int]) -> Streams:
-        stdout, stderr = fds
-        return cls(stdout, stderr)
-
 
 @dataclass(frozen=True)
 class RunDescriptors:
-    """What a RUN to the init carries: the session's detached mount, the program's streams,
+    """What a RUN carries: the session's detached mount, the program's streams,
     and the contents of the files it names (RunOrder.files), in their order."""
 
     tree: int
@@ -97,7 +88,7 @@ class RunDescriptors:
     files: tuple[int, ...]
 
     def listed(self) -> list[int]:
-        return [self.tree, *self.streams.listed(), *self.files]
+        return [self.tree, self.streams.stdout, self.streams.stderr, *self.files]
 
     @classmethod
     def of(cls, fds: list[int]) -> RunDescriptors:
@@ -131,7 +122,7 @@ def say_hello(sock: socket.socket, who: str) -> None:
     _send(sock, HELLO, who)
 
 
-def order_run(sock: socket.socket, order: RunOrder, fds: RunDescriptors | Streams) -> None:
+def order_run(sock: socket.socket, order: RunOrder, fds: RunDescriptors) -> None:
     _send(sock, RUN, asdict(order), fds.listed())
 
 
