@@ -71,7 +71,7 @@ class _Loaded:
     the interpreter's parts of a run."""
 
     config: wire.Config
-    seccomp: bytes
+    seccomp: kernel.Filter
     bounding_set: tuple[int, ...]  # what bwrap left the server's (its three capabilities)
     files: dict[str, bytes]
     ready: Callable[[], None]  # in a run, before it says it is ready
@@ -100,7 +100,7 @@ def serve(control: socket.socket, config: wire.Config, interpreter: Interpreter)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     files = {path: _read(path) for path in config.files}
-    loaded = _Loaded(config, _read(config.seccomp), kernel.bounding_set(), files, *interpreter)
+    loaded = _Loaded(config, kernel.Filter(_read(config.seccomp)), kernel.bounding_set(), files, *interpreter)
     wire.say_hello(control, "server")
     while True:
         said = wire.read(control)
@@ -244,7 +244,7 @@ def _confine(loaded: _Loaded) -> None:
     program) and the seccomp filter on: from here on this process holds what a cold run's
     program holds."""
     kernel.drop_capabilities()
-    kernel.load_seccomp(loaded.seccomp)
+    loaded.seccomp.load()
 
 
 def _program(ctl: socket.socket, loaded: _Loaded) -> NoReturn:

@@ -25,7 +25,9 @@ _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
 _OPEN_TREE_CLONE, _AT_FDCWD, _AT_EMPTY_PATH, _MOVE_MOUNT_F_EMPTY_PATH = 1, -100, 0x1000, 0x4
 _PR_SET_DUMPABLE, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_CAPBSET_READ, _PR_CAPBSET_DROP = 4, 22, 2, 23, 24
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# capset's arguments that empty this process's sets: _LINUX_CAPABILITY_VERSION_3 and
+# this process; all-zero effective, permitted and inheritable sets.
+_CAPSET_HEADER, _NO_CAPABILITIES = struct.pack("Ii", 0x20080522, 0), bytes(24)
 _SIOCSIFFLAGS, _IFF_UP = 0x8914, 0x1
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -114,12 +116,17 @@ def drop_capabilities() -> None:
     """Every capability this process holds gone: the ambient, effective, permitted and
     inheritable sets emptied."""
     _check(_libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear the ambient set")
-    header = struct.pack("Ii", _LINUX_CAPABILITY_VERSION_3, 0)  # this process
-    _check(_libc.capset(header, bytes(24)), "capset")
+    _check(_libc.capset(_CAPSET_HEADER, _NO_CAPABILITIES), "capset")
 
 
-def load_seccomp(filters: bytes) -> None:
-    """The compiled filter (seccomp.bpf()) on this process and all it starts."""
-    buffer = ctypes.create_string_buffer(filters, len(filters))
-    program = struct.pack("@HP", len(filters) // 8, ctypes.addressof(buffer))  # struct sock_fprog
-    _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, program, 0, 0), "seccomp")
+class Filter:
+    """A compiled seccomp filter (seccomp.bpf()), made ready to load once: each process
+    that loads it then makes one call, allocating nothing."""
+
+    def __init__(self, filters: bytes) -> None:
+        self._buffer = ctypes.create_string_buffer(filters, len(filters))
+        self._program = struct.pack("@HP", len(filters) // 8, ctypes.addressof(self._buffer))  # struct sock_fprog
+
+    def load(self) -> None:
+        """The filter on this process and all it starts."""
+        _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self._program, 0, 0), "seccomp")
