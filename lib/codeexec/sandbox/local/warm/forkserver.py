@@ -273,8 +273,8 @@ def _program(ctl: socket.socket, loaded: _Loaded) -> NoReturn:
         os._exit(0)
     wire.say_started(ctl)
     ctl.close()
-    os.dup2(given.streams.stdout, 1)
-    os.dup2(given.streams.stderr, 2)
+    os.dup2(given.stdout, 1)
+    os.dup2(given.stderr, 2)
     said.close_fds()
     try:
         resource.setrlimit(resource.RLIMIT_CPU, loaded.config.cpu)  # its clock started at its fork

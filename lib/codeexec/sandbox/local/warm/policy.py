@@ -48,17 +48,17 @@ _PRELOADED = (
 _SCIENTIFIC = ("scipy.stats", "seaborn", "sklearn.linear_model", "sklearn.model_selection", "sklearn.ensemble",
                "sklearn.metrics", "statsmodels.api", "statsmodels.formula.api", "plotly.express")  # fmt: skip
 
-# A run made ahead of the servers with the libraries copies its pages (12 MiB, 27 with the
-# scientific libraries) once it has waited half a second: at a chat's pace every run is
-# copied ahead, while calls back to back never share the CPU with that work (measured: at
-# 0.1 s back-to-back pandas runs paid 5 % and their p99 for the charts' gain).
-_LIBRARIES_COPY_AFTER = 0.5
+# A run made ahead copies its pages (12 MiB from the server with the libraries, 27 from the
+# scientific one) once it has waited half a second: at a chat's pace every run is copied
+# ahead, while calls back to back never share the CPU with that work (measured: at 0.1 s
+# back-to-back pandas runs paid 5 % and their p99 for the charts' gain).
+_COPY_AFTER = 0.5
 
 KINDS = {
-    "py": Kind(_PRELOADED, ("draw",), _LIBRARIES_COPY_AFTER),
-    "scientific": Kind(_PRELOADED + _SCIENTIFIC, ("draw", "chart", "fit"), _LIBRARIES_COPY_AFTER),
+    "py": Kind(_PRELOADED, ("draw",), _COPY_AFTER),
+    "scientific": Kind(_PRELOADED + _SCIENTIFIC, ("draw", "chart", "fit"), _COPY_AFTER),
     # Python started, nothing imported: other py runs, and every language by exec.
-    "bare": Kind((), (), _LIBRARIES_COPY_AFTER),
+    "bare": Kind((), (), _COPY_AFTER),
 }
 
 # A program that names one of these (or a library that imports one of them: measured, each

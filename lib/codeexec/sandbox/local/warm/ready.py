@@ -114,7 +114,7 @@ class ReadyRun:
             kernel.restrict(tree)
             for pid in self.pids.values() if self.nice else ():  # a run gets its normal priority
                 os.setpriority(os.PRIO_PROCESS, pid, 0)
-            given = wire.RunDescriptors(tree, wire.Streams(out_w, err_w), tuple(sources))
+            given = wire.RunDescriptors(tree, out_w, err_w, tuple(sources))
             wire.order_run(self.ctl, _order(launch), given)
             self._wait_started()
         except BaseException:
@@ -162,7 +162,7 @@ class ReadyRun:
                     signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
                 if not self.ended(_ENDED_SECONDS):
                     log.warning("a warm run's init did not end %s s after it was killed", _ENDED_SECONDS)
-            else:  # its init never said hello: an init waiting for a run ends when the socket closes
+            else:  # no pidfd yet: a program waiting for its run ends when the socket closes, and its init with it
                 with contextlib.suppress(OSError):
                     self.ctl.shutdown(socket.SHUT_WR)
             self.cgroup.kill()  # anything of the run the above did not reach

@@ -71,29 +71,23 @@ class RunOrder:
 
 
 @dataclass(frozen=True)
-class Streams:
-    """The program's stdout and stderr: the write ends of the service's pipes."""
-
-    stdout: int
-    stderr: int
-
-
-@dataclass(frozen=True)
 class RunDescriptors:
-    """What a RUN carries: the session's detached mount, the program's streams,
-    and the contents of the files it names (RunOrder.files), in their order."""
+    """What a RUN carries: the session's detached mount, the program's stdout and stderr
+    (the write ends of the service's pipes), and the contents of the files it names
+    (RunOrder.files), in their order."""
 
     tree: int
-    streams: Streams
+    stdout: int
+    stderr: int
     files: tuple[int, ...]
 
     def listed(self) -> list[int]:
-        return [self.tree, self.streams.stdout, self.streams.stderr, *self.files]
+        return [self.tree, self.stdout, self.stderr, *self.files]
 
     @classmethod
     def of(cls, fds: list[int]) -> RunDescriptors:
         tree, stdout, stderr, *files = fds
-        return cls(tree, Streams(stdout, stderr), tuple(files))
+        return cls(tree, stdout, stderr, tuple(files))
 
 
 @dataclass(frozen=True)
