@@ -21,8 +21,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from codeexec.sandbox.local import warm, zygote
+from codeexec.sandbox.local import warm
 from codeexec.sandbox.local.layout import PYTHON_LIBS
+from codeexec.sandbox.local.warm import zygote
 
 FAMILIES = {
     "scipy.stats": ["scipy.stats"],

@@ -1,4 +1,4 @@
-"""Attacks on a warm run's hand-over (sandbox/local/forkserver.py, warm.py): the program of
+"""Attacks on a warm run's hand-over (sandbox/local/warm/forkserver.py, ready.py): the program of
 a forked run tries to take its init's control socket to the service, forge the run's end
 and live on past its limit. It must find the init out of reach, be stopped at its limit
 whatever it says, and leave the teardown of other users' runs (their cgroups, the
@@ -17,7 +17,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
-from codeexec.sandbox.local import cgroups, warm
+from codeexec.sandbox.local import cgroups
+from codeexec.sandbox.local.warm import ready, server
+from codeexec.sandbox.local.warm.pools import Pool
 from codeexec.settings import Settings
 
 from .calls import run
@@ -81,10 +83,10 @@ def reachable(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     dumpable (its servers' forkserver.py without the line that makes it not)."""
     if request.param == "out of reach":
         return False
-    source = warm._SOURCES["forkserver.py"]
-    line = b'    _check(_libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")\n'
+    source = server.SOURCES["forkserver.py"]
+    line = b"    kernel.not_dumpable()\n"
     assert line in source
-    monkeypatch.setitem(warm._SOURCES, "forkserver.py", source.replace(line, b""))
+    monkeypatch.setitem(server.SOURCES, "forkserver.py", source.replace(line, b""))
     return True
 
 
@@ -100,7 +102,7 @@ def client(app: FastAPI) -> TestClient:
     return TestClient(app, headers={"X-API-Key": API_KEY})
 
 
-def pools(app: FastAPI) -> dict[str, warm.Pool]:
+def pools(app: FastAPI) -> dict[str, Pool]:
     return app.state.service.sandboxes.launcher.warm.pools  # type: ignore[no-any-return]
 
 
@@ -125,13 +127,13 @@ def test_a_program_cannot_take_its_inits_socket_nor_outlive_its_limit(
     app: FastAPI, client: TestClient, sandbox_root: Path, reachable: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     used: list[cgroups.RunCgroup] = []  # the cgroups of every warm run taken, to see them go
-    take = warm.ReadyRun.run
+    take = ready.ReadyRun.run
 
-    def recorded(ready: warm.ReadyRun, *args: Any, **kwargs: Any) -> Any:
-        used.append(ready.cgroup)
-        return take(ready, *args, **kwargs)
+    def recorded(made: ready.ReadyRun, *args: Any, **kwargs: Any) -> Any:
+        used.append(made.cgroup)
+        return take(made, *args, **kwargs)
 
-    monkeypatch.setattr(warm.ReadyRun, "run", recorded)
+    monkeypatch.setattr(ready.ReadyRun, "run", recorded)
     wait_warm(app)
     run(client, "print(1)")  # the service's lazily opened descriptors, opened before the count
     wait_warm(app)

@@ -1,4 +1,4 @@
-"""Runs forked from one warm interpreter (sandbox/local/zygote.py) draw numbers of their
+"""Runs forked from one warm interpreter (sandbox/local/warm/zygote.py) draw numbers of their
 own: every generator the preloaded libraries keep is seeded afresh in each fork, as it is
 in a cold run's new interpreter."""
 
@@ -11,7 +11,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
-from codeexec.sandbox.local import cgroups, warm
+from codeexec.sandbox.local import cgroups
+from codeexec.sandbox.local.warm.pools import Pool
 from codeexec.settings import Settings
 
 from .calls import run
@@ -51,7 +52,7 @@ def app(settings: Settings, services: Services) -> FastAPI:
 
 def test_two_warm_runs_draw_different_numbers(app: FastAPI) -> None:
     client = TestClient(app, headers={"X-API-Key": API_KEY})
-    pools: dict[str, warm.Pool] = app.state.service.sandboxes.launcher.warm.pools
+    pools: dict[str, Pool] = app.state.service.sandboxes.launcher.warm.pools
     draws = []
     for _ in range(2):
         assert pools["py"].wait_ready()

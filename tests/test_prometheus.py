@@ -34,7 +34,8 @@ from .serving import Services, fleet_settings, running_runner, serving
 
 DASHBOARD = CHART / "files" / "dashboard.json"
 RUNS = 4
-# Panels with no series until the runners' warm pools are counted (codeexec_warm_ready).
+# Panels with no series here: these runners keep no warm pools (the tests' WARM_* are 0), so
+# nothing counts codeexec_warm_ready and codeexec_warm_runs (tests/test_telemetry.py does).
 NOT_YET_FED = {"Warm runs ready", "Warm hits"}
 
 

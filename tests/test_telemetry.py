@@ -156,3 +156,15 @@ def test_a_json_line_per_call_names_the_call_and_never_the_key(
     assert line["tenant"] and line["user"] and "alice" not in out
     for secret in (API_KEY, "secret-body"):
         assert secret not in out
+
+
+def test_the_warm_pools_are_counted_by_kind(settings: Settings, services: Services) -> None:
+    service = services(settings.model_copy(update={"warm_python": 0, "warm_sandboxes": 1, "warm_scientific": 0}))
+    client = TestClient(create_app(service), headers={"X-API-Key": API_KEY})
+    assert service.telemetry.metrics is not None
+    with serving(Exporter(service.telemetry.metrics)) as metrics_url:
+        assert run(client, "echo warm", lang="bash")["stdout"] == "warm\n"
+        samples = scrape(metrics_url)
+    assert sample(samples, "codeexec_warm_runs_total", runner="local", kind="bare", result="hit") == 1
+    assert sample(samples, "codeexec_warm_ready", runner="local", kind="bare") <= 1
+    assert sample(samples, "codeexec_run_seconds_count", lang="bash", start="warm") == 1

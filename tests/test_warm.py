@@ -1,4 +1,4 @@
-"""Warm sandboxes (sandbox/local/warm.py, forkserver.py): a run forked from a fork server
+"""Warm sandboxes (sandbox/local/warm/): a run forked from a fork server
 is a cold run's equal in isolation and limits, sees nothing of an earlier run or of
 another session, cannot reach its server or a sibling, and a run that finds none ready,
 or a host that cannot make them, runs cold. (`make test-warm` runs the security, limit
@@ -6,6 +6,7 @@ and language suites warm too.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import time
@@ -20,10 +21,15 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
-from codeexec.sandbox.local import cgroups, forkserver, warm
+from codeexec.sandbox.local import cgroups
+from codeexec.sandbox.local.warm import kernel, ready, wire
+from codeexec.sandbox.local.warm import server as fork_server
+from codeexec.sandbox.local.warm.pools import Pool
+from codeexec.sandbox.port import OwnerTag, PoolLoad, Program, RunResult
 from codeexec.settings import Settings
 
 from .conftest import API_KEY
+from .helpers.processes import family
 from .serving import Services
 
 # Where the service could keep none (warm._possible): it hands runs a mount, and needs a memory cgroup.
@@ -55,7 +61,7 @@ def run(client: TestClient, code: str, **body: Any) -> dict[str, Any]:
     return reply.json()
 
 
-def pools(app: FastAPI) -> dict[str, warm.Pool]:
+def pools(app: FastAPI) -> dict[str, Pool]:
     """The app's pools that are on (its scientific one is off here: test_warm_scientific.py)."""
     return dict(app.state.service.sandboxes.launcher.warm.pools)
 
@@ -225,20 +231,6 @@ print("still here")
 """
 
 
-def family(server: warm.Server) -> list[int]:
-    """The host pids of a fork server and of everything it made (runs made ahead, runs)."""
-    parents = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError):
-            continue
-    found = [server.sandbox.proc.pid]
-    for pid in found:
-        found += [child for child, parent in parents.items() if parent == pid]
-    return found
-
-
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86_64 system call numbers")
 def test_a_run_cannot_reach_its_server_or_a_sibling(
     app: FastAPI, client: TestClient, live_server: str, sandbox_root: Path
@@ -290,6 +282,44 @@ def test_with_none_ready_a_run_is_forked_at_once_and_without_a_server_runs_cold(
         for ready in taken:
             assert ready is not None
             ready.close()
+
+
+def test_a_run_says_whether_it_ran_warm_and_each_pool_counts_its_hits_and_misses(app: FastAPI) -> None:
+    sandboxes = app.state.service.sessions.sandboxes
+
+    def launched(code: str) -> RunResult:
+        with sandboxes.create(OwnerTag("org", "user")) as sandbox:
+            return sandbox.run(Program("py", code))
+
+    wait_warm(app)
+    stats = sandboxes.launcher.warm_stats
+    assert {kind: stats()[kind] for kind in ("py", "bare")} == {"py": PoolLoad(2, 0, 0), "bare": PoolLoad(2, 0, 0)}
+    pandas, bare = launched(WARM), launched("print(1)")
+    assert (pandas.stdout, pandas.warm, bare.stdout, bare.warm) == ("warm\n", True, "1\n", True)
+    for pool in pools(app).values():
+        pool.close()
+    cold = launched(WARM)
+    assert (cold.stdout, cold.warm) == ("cold\n", False)
+    # The cold run counts against the kind it wanted; the pools hold no run now.
+    assert {kind: stats()[kind] for kind in ("py", "bare")} == {"py": PoolLoad(0, 1, 1), "bare": PoolLoad(0, 1, 0)}
+
+
+def test_a_pool_with_runs_to_spare_refills_after_the_run_not_during_it(app: FastAPI) -> None:
+    """policy.Policy.ample: a refill's fork and mounts would share the CPU with the run."""
+    wait_warm(app)
+    bare = pools(app)["bare"]
+    taken = [bare.take()]
+    try:
+        time.sleep(0.5)  # a bare fork is ready in milliseconds
+        assert bare.ready() == 1
+        bare.ran()
+        assert bare.wait_ready(10)
+        taken += [bare.take(), bare.take()]  # none to spare: it refills at once
+        assert bare.wait_ready(10)
+    finally:
+        for each in taken:
+            assert each is not None
+            each.close()
 
 
 def test_a_program_naming_no_library_forks_from_a_bare_interpreter(app: FastAPI, client: TestClient) -> None:
@@ -371,7 +401,7 @@ def test_a_server_is_replaced_after_its_runs(
     bare = pools(app)["bare"]
     first = bare.server
     assert first is not None
-    monkeypatch.setattr(warm, "_SERVER_RUNS", first.forked + 1)
+    monkeypatch.setattr(bare, "policy", dataclasses.replace(bare.policy, server_runs=first.forked + 1))
     for _ in range(6):  # the pool replaces it while the runs it made ahead go on serving
         assert run(client, "print(1)")["stdout"] == "1\n"
         wait_warm(app)
@@ -389,7 +419,7 @@ def test_a_server_is_replaced_after_its_runs(
 @pytest.fixture
 def cold_on_failure(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A host where a server starts but cannot make a run's namespaces (no capability)."""
-    monkeypatch.setattr(forkserver, "CAPABILITIES", ("CAP_NET_ADMIN",))
+    monkeypatch.setattr(fork_server, "CAPABILITIES", ("CAP_NET_ADMIN",))
     yield
 
 
@@ -414,7 +444,7 @@ def test_a_run_the_ready_run_cannot_take_runs_cold(
     def refused(path: str) -> int:
         raise OSError(1, "open_tree refused")
 
-    monkeypatch.setattr(forkserver, "open_tree", refused)
+    monkeypatch.setattr(kernel, "open_tree", refused)
     reply = run(client, WARM + "print(6 * 7)")
     assert reply["stdout"] == "cold\n42\n"
     assert pools(app)["py"].taken == 1  # it was taken, failed before the program had its run, and ran cold
@@ -444,7 +474,7 @@ def test_a_host_without_detached_mounts_runs_every_run_cold(
     def missing(path: str) -> int:
         raise OSError(38, "Function not implemented")  # a kernel before 5.2
 
-    monkeypatch.setattr(forkserver, "open_tree", missing)
+    monkeypatch.setattr(kernel, "open_tree", missing)
     every_kind = {"warm_python": 1, "warm_sandboxes": 1, "warm_scientific": 1}
     app = create_app(services(settings.model_copy(update=every_kind)))
     assert pools(app) == {}
@@ -469,7 +499,7 @@ def test_a_fork_that_fails_leaves_its_server_to_end_with_its_pool(
     with monkeypatch.context() as patched:
         patched.setattr(cgroups.RunCgroup, "create", refused)
         with pytest.raises(OSError):
-            server.fork(forkserver.ForkOrder(nice=0))
+            ready.fork(server, wire.ForkOrder(nice=0))
     bare.close()  # its runs made ahead end, and it is retired; the backend's threads live on
     deadline = time.monotonic() + 10
     while server.alive():
@@ -482,7 +512,7 @@ def test_a_run_made_ahead_that_waited_has_copied_the_pages_runs_write(app: FastA
     pages runs write first (12 MiB for this server) before its program starts; and the
     server's first uses left nothing a program could see (no figure open)."""
     wait_warm(app)
-    time.sleep(1.5)  # longer than a run made ahead waits before it copies (forkserver._IDLE_SECONDS)
+    time.sleep(1.5)  # longer than a run made ahead waits before it copies (policy.Kind.copy_after)
     code = (
         WARM + "rollup = dict(line.split(':') for line in open('/proc/self/smaps_rollup').readlines()[1:])\n"
         "print(int(rollup['Private_Dirty'].split()[0]) > 8 * 1024)\n"

@@ -1,22 +1,27 @@
-"""The scientific fork server (sandbox/local/warm.py, warm.KINDS["scientific"]): a py run naming
+"""The scientific fork server (sandbox/local/warm/, policy.KINDS["scientific"]): a py run naming
 SciPy, seaborn, scikit-learn, statsmodels or plotly is forked from the interpreter that has
-imported them already; one naming pandas alone from the first server, as before; and
-its forks draw random numbers of their own, as every fork of every server does."""
+imported them already; one naming pandas alone from the first server, as before; its
+forks draw random numbers of their own, as every fork of every server does; and none
+ends later than its program because of what the server imported."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from codeexec.api.app import create_app
-from codeexec.sandbox.local import cgroups, warm
+from codeexec.sandbox.local import cgroups
+from codeexec.sandbox.local.layout import PYTHON_LIBS
+from codeexec.sandbox.local.warm.pools import Pool
 from codeexec.settings import Settings
 
 from .calls import run
 from .conftest import API_KEY
+from .helpers.processes import family
 from .serving import Services
 
 pytestmark = [
@@ -60,7 +65,7 @@ def app(settings: Settings, services: Services) -> FastAPI:
     )
 
 
-def pools(app: FastAPI) -> dict[str, warm.Pool]:
+def pools(app: FastAPI) -> dict[str, Pool]:
     return app.state.service.sandboxes.launcher.warm.pools  # type: ignore[no-any-return]
 
 
@@ -98,3 +103,24 @@ def test_two_runs_of_the_scientific_server_draw_different_numbers(app: FastAPI) 
     assert scientific.taken == 2
     same = [line for line, other in zip(*draws, strict=True) if line == other]
     assert not same, same
+
+
+def test_no_server_holds_a_thread_its_runs_would_wait_for(app: FastAPI) -> None:
+    """A fork has only the thread that forked it: what a library's thread does for it (a
+    cleaner its exit waits for, a pool its calls queue work on) a run would wait for
+    forever. statsmodels imports polars where it can, and polars starts one at its import
+    (its spill-file cleaner, which its exit handler waits for): no server imports it
+    (policy.KEPT_OUT), and a run that does ends. The allocator's own thread (jemalloc,
+    pyarrow's) makes itself again in a fork."""
+    assert all(pool.wait_ready(120) for pool in pools(app).values())
+    for kind, pool in pools(app).items():
+        assert pool.server is not None
+        names = {Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+                 for pid in family(pool.server) for task in os.listdir(f"/proc/{pid}/task")}  # fmt: skip
+        assert names <= {"bwrap", "python3", "jemalloc_bg_thd"}, (kind, names)
+    if not (Path(PYTHON_LIBS) / "polars").is_dir():
+        return  # no polars in this environment
+    code = "import sys, statsmodels.api, polars\nprint('polars' in sys.modules, polars.DataFrame({'a': [1, 2]}).height)"
+    reply = run(TestClient(app, headers={"X-API-Key": API_KEY}), code)
+    assert (reply["stdout"], reply["stderr"]) == ("True 2\n", ""), reply
+    assert pools(app)["scientific"].taken == 1

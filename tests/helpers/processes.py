@@ -16,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from codeexec.sandbox.local.warm.server import Server
+
 from ..conftest import API_KEY
 from ..serving import RUNNER_KEY
 
@@ -74,3 +76,17 @@ def modules_imported(modules: str, under: Sequence[str]) -> list[str]:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     return list(json.loads(done.stdout))
+
+
+def family(server: Server) -> list[int]:
+    """The host pids of a fork server and of everything it made (runs made ahead, runs)."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):
+            continue
+    found = [server.sandbox.proc.pid]
+    for pid in found:
+        found += [child for child, parent in parents.items() if parent == pid]
+    return found

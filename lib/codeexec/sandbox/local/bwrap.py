@@ -1,5 +1,5 @@
 """A cold run: one program in a bubblewrap sandbox of its own (and a fork server's
-sandbox, warm.py, made the same way).
+sandbox, warm/server.py, made the same way).
 
 Isolation: fresh user, PID, IPC, UTS, mount, cgroup and network namespaces (no network
 at all, not even loopback: the service's own port is unreachable); what layout.py says a
@@ -56,7 +56,7 @@ class _Control:
 
 @dataclass(frozen=True)
 class ServerTerms:
-    """What a fork server's sandbox has that a run's has not (warm.py): no session yet (an
+    """What a fork server's sandbox has that a run's has not (warm/server.py): no session yet (an
     empty /mnt/data), `caps` kept inside its user namespace, no filter (its runs load it
     themselves), descriptors passed to it, and a priority."""
 

@@ -148,7 +148,7 @@ class RunCgroup:
 
     def entries(self) -> list[int]:
         """Its cgroup.procs, opened: a process given them moves itself in by writing 0,
-        checked against the opener's credentials (a forked run's init, forkserver.py)."""
+        checked against the opener's credentials (a forked run's init, warm/forkserver.py)."""
         return [os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for path in set(self._dirs.values())]
 
     def oom_killed(self) -> bool:

@@ -1,5 +1,5 @@
 """A run under way collected to its end, however it was launched (a bubblewrap sandbox,
-bwrap.py, a fork of a warm server, warm.py, or the `memory` backend's plain process): its
+bwrap.py, a fork of a warm server, warm/, or the `memory` backend's plain process): its
 output read and bounded, its wall clock and cancel watched, and the limits it hit said as
 facts (port.LimitHit).
 """
@@ -24,7 +24,7 @@ _WATCH_SECONDS = 0.02
 
 class Started(Protocol):
     """A run under way, as `finish` collects it: a bubblewrap sandbox (bwrap.Sandbox) or a run
-    forked from a warm server (warm.py)."""
+    forked from a warm server (warm/ready.py)."""
 
     @property
     def streams(self) -> tuple[int, int]:

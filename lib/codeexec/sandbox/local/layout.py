@@ -3,7 +3,7 @@ its RAM disks and what /code holds besides the program.
 
 Two launches read it: a cold run's bubblewrap options (bwrap.py) and a warm run's, whose
 fork server is started by those same options and then mounts a run's own filesystems from
-its configuration (warm.py writes it, forkserver.py reads it). So a warm run and a cold one
+its configuration (warm/server.py writes it, warm/forkserver.py reads it). So a warm run and a cold one
 see the same sandbox by construction, not by two lists kept alike.
 """
 

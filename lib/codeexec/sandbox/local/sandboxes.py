@@ -525,7 +525,8 @@ class LocalSandboxes(ComposedSandboxes):
     def hosts(self) -> list[HostLoad]:
         disk = shutil.disk_usage(self.root)  # the sessions' filesystem: statfs, no walk
         name = "local" if self.runner_index is None else str(self.runner_index)
-        return [HostLoad(name, "up", self._runs_now, self.session_count(), disk.used, disk.total)]
+        pools = self.launcher.warm_stats()
+        return [HostLoad(name, "up", self._runs_now, self.session_count(), disk.used, disk.total, pools)]
 
     def reports(self) -> list[HostReport]:
         return [HostReport(load, self.usage.now.top()) for load in self.hosts()]

@@ -24,7 +24,7 @@ PROG = "/tmp/prog"  # where a compiled program goes
 @dataclass(frozen=True)
 class Interpreted:
     """A Python program the interpreter can run in itself, as `python3 -s source args...`
-    would: how a warm run forked from a Python fork server takes it (zygote.py)."""
+    would: how a warm run forked from a Python fork server takes it (warm/zygote.py)."""
 
     source: str  # its path in /code
     args: tuple[str, ...]

@@ -1,7 +1,7 @@
 """A warm Python interpreter, the fork server's (forkserver.py), as it runs INSIDE its sandbox.
 
-Started by warm.py in a sandbox of its own, it imports what its configuration names (the
-modules of its kind of server, warm.KINDS: none for a bare one) and makes a first use of
+Started by server.py in a sandbox of its own, it imports what its configuration names (the
+modules of its kind of server, policy.KINDS: none for a bare one) and makes a first use of
 them (a figure drawn, a model fitted); what that made is frozen out of the garbage
 collector and laid in huge pages; then it serves. Each run is a fork of it that
 became a sandbox of its own (forkserver.py), and runs its Python program here, as
@@ -19,18 +19,21 @@ import importlib
 import io
 import json
 import os
-import pkgutil  # noqa: F401  # runpy.run_path imports it at every call: here, once
 import random
-import runpy  # here, not in each run: its imports cost a bare run more than its program
 import socket
 import struct
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable, Iterator, Sequence
 
 
-def preload(modules: Sequence[str], warm_ups: Sequence[str]) -> None:
+def preload(modules: Sequence[str], warm_ups: Sequence[str], kept_out: Sequence[str] = ()) -> None:
+    """`modules` imported and `warm_ups` made, none of `kept_out` imported meanwhile (an
+    import of one fails as where it is not installed); a run may import those itself."""
+    refusal = _Refused(frozenset(kept_out))
+    sys.meta_path.insert(0, refusal)
     with _quietly():
         try:
             for name in modules:
@@ -39,6 +42,20 @@ def preload(modules: Sequence[str], warm_ups: Sequence[str]) -> None:
                 _WARM_UPS[name]()
         except ImportError:
             pass  # a host without them still warms the interpreter itself
+        finally:
+            sys.meta_path.remove(refusal)
+
+
+class _Refused:
+    """An importer that finds the packages it names, and their modules, not installed
+    (libraries that check sys.modules for them find nothing there either)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 @contextlib.contextmanager
@@ -238,7 +255,7 @@ def run(source: str, args: list[str]) -> None:
     sys.argv = [source, *args]
     sys.path[0] = os.path.dirname(source)
     try:
-        runpy.run_path(source, run_name="__main__")
+        _run_as_main(source)
     except SystemExit:
         raise
     except BaseException as error:  # shown as Python shows it: the program's frames only
@@ -247,6 +264,22 @@ def run(source: str, args: list[str]) -> None:
             tb = tb.tb_next
         sys.stderr.write("".join(traceback.format_exception(type(error), error, tb)))
         sys.exit(1)
+
+
+def _run_as_main(source: str) -> None:
+    """What runpy.run_path(source, run_name="__main__") does for a source file, the same
+    module attributes and the interpreter's __main__ given back after, without the
+    importers it first asks whether the path is a zip file or a directory (they cost a
+    bare run more than its program; a run's source is always a file)."""
+    with io.open_code(source) as file:
+        code = compile(file.read(), source, "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=source, __cached__=None, __loader__=None, __package__="", __spec__=None)
+    interpreters, sys.modules["__main__"] = sys.modules["__main__"], main
+    try:
+        exec(code, main.__dict__)  # noqa: S102  # the run's own program
+    finally:
+        sys.modules["__main__"] = interpreters
 
 
 def exit_code(source: str, args: list[str]) -> int:
@@ -273,11 +306,11 @@ def exit_code(source: str, args: list[str]) -> int:
 
 
 def main() -> None:
-    # A sibling in /code here, not a module of the package the service imports this from.
-    forkserver = importlib.import_module("forkserver")
+    # Siblings in /code here, not modules of the package the service imports this from.
+    forkserver, wire = (importlib.import_module(name) for name in ("forkserver", "wire"))
     forkserver.own_pid_namespace()
-    config = forkserver.load_config()
-    preload(config.preload, config.warm_ups)
+    config = wire.load_config()
+    preload(config.preload, config.warm_ups, config.kept_out)
     _generators.extend(find_generators())
     # What the imports made is never garbage: the runs' collections skip it, and so never
     # touch (and copy) the pages each fork shares with this process.
