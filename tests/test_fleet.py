@@ -23,7 +23,7 @@ from pydantic import SecretStr, ValidationError
 
 from codeexec import ids
 from codeexec.api.app import create_app
-from codeexec.sandbox.runner import FleetConfig, RunnerFleet, protocol
+from codeexec.sandbox.remote import FleetConfig, RunnerFleet, protocol
 from codeexec.settings import Settings
 
 from .calls import run, session_on_runner, upload

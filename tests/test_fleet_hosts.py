@@ -31,8 +31,8 @@ from codeexec.api.app import create_app
 from codeexec.reaper import reap
 from codeexec.sandbox.local import btrfs
 from codeexec.sandbox.local.storage import Storage
-from codeexec.sandbox.runner import protocol
-from codeexec.sandbox.runner.fleet import HEALTH_INTERVAL_SECONDS
+from codeexec.sandbox.remote import protocol
+from codeexec.sandbox.remote.fleet import HEALTH_INTERVAL_SECONDS
 from codeexec.settings import Settings
 
 from .calls import run, session_on_runner, upload

@@ -28,7 +28,7 @@ from codeexec.reaper import reap
 from codeexec.runner.hooks import HOOKS
 from codeexec.sandbox.microvm import vm_ids
 from codeexec.sandbox.microvm.sandboxes import https
-from codeexec.sandbox.runner import RunnerPort
+from codeexec.sandbox.remote import RunnerPort
 from codeexec.settings import Settings
 
 from .calls import file_id, names, run, upload

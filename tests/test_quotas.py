@@ -16,7 +16,7 @@ from codeexec.api.app import create_app
 from codeexec.api.service import Service
 from codeexec.runner.app import Runner
 from codeexec.sandbox.local import LocalSandboxes
-from codeexec.sandbox.runner import fleet
+from codeexec.sandbox.remote import fleet
 from codeexec.service_keys import key_hash
 from codeexec.settings import Settings
 

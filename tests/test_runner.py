@@ -28,8 +28,8 @@ from codeexec.api.app import create_app
 from codeexec.sandbox import make_sandboxes
 from codeexec.sandbox.local import LocalSandboxes
 from codeexec.sandbox.port import Access, Intent, Keep, Limit, OwnerTag, Placement, Program, Ran, Run
-from codeexec.sandbox.runner import RunnerFleet, protocol
-from codeexec.sandbox.runner.protocol import KEY_HEADER, frames, frames_of, run_json
+from codeexec.sandbox.remote import RunnerFleet, protocol
+from codeexec.sandbox.remote.protocol import KEY_HEADER, frames, frames_of, run_json
 from codeexec.settings import Settings
 
 from .calls import run, upload

@@ -30,7 +30,7 @@ Text = Annotated[str, AfterValidator(_utf8)]
 
 # G2's resource kinds. An agent's or a skill's files are shared by every user of the
 # organization (api/commands.py); on a file ref the kind is echoed back for the client's books.
-Kind = Literal["skill", "agent", "user"]
+RefKind = Literal["skill", "agent", "user"]
 
 
 class FileRef(BaseModel):
@@ -48,7 +48,7 @@ class FileRef(BaseModel):
     storage_session_id: Text | None = None
     # G2 (@librechat/agents 3.2+) also sends the resource that owns the file.
     resource_id: Text | None = None
-    kind: Kind | None = None
+    kind: RefKind | None = None
     version: int | None = None
 
     @property

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from codeexec.runner.app import create_runner_app
 from codeexec.runner.build import build_runner
-from codeexec.sandbox.runner import protocol
+from codeexec.sandbox.remote import protocol
 from codeexec.settings import Settings
 
 from ..serving import RUNNER_KEY, free_port, serving

@@ -29,7 +29,7 @@ class OutputFile(BaseModel):
     storage_session_id: str  # both spellings, so either kind of client finds it
     # G2 only, and only on an unchanged input echoed back: the input's own ref.
     resource_id: str | None = None
-    kind: str | None = None  # the ref's own (codeexec.wire.Kind)
+    kind: str | None = None  # the ref's own (codeexec.wire.RefKind)
     version: int | None = None
     inherited: Literal[True] | None = None
 

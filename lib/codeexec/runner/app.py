@@ -1,5 +1,5 @@
 """The runner: the sandbox port of a `local` backend, served over HTTP, one request per
-coarse operation (routes and shapes in `codeexec.sandbox.runner.protocol`).
+coarse operation (routes and shapes in `codeexec.sandbox.remote.protocol`).
 
 It is what the `runner` backend leases sandboxes from when the service itself cannot run
 bubblewrap: a Lambda function under `sam local`, or the API function in the cloud talking
@@ -43,7 +43,7 @@ from ..errors import BadRequest, ServiceError, SessionNotFound, Unauthorized
 from ..reaper import ReapReport, reap
 from ..sandbox.local import LocalSandboxes
 from ..sandbox.port import Access, Carried, Input
-from ..sandbox.runner import protocol
+from ..sandbox.remote import protocol
 from ..streams import request_body
 from ..telemetry import Telemetry, calls
 from ..telemetry.edge import Observed
@@ -201,7 +201,7 @@ async def _cancel(request: Request) -> Response:
 async def _run(request: Request) -> Response:
     runner = _runner(request)
 
-    def run(body: BinaryIO) -> dict[str, Any]:
+    def executed(body: BinaryIO) -> dict[str, Any]:
         frames = protocol.frames_of(body.read)
         spec, _ = next(frames, (None, None))
         if spec is None:
@@ -216,7 +216,7 @@ async def _run(request: Request) -> Response:
         calls.note_run(run.program.lang, ran.result, time.perf_counter() - started)
         return protocol.ran_json(ran)
 
-    return await _answer(*_with_body(request, run))
+    return await _answer(*_with_body(request, executed))
 
 
 async def _write(request: Request) -> Response:

@@ -76,7 +76,7 @@ def _agentcore(settings: Settings) -> Sandboxes:
 
 
 def _runner(settings: Settings) -> Sandboxes:
-    from .runner import FleetConfig, RunnerFleet
+    from .remote import FleetConfig, RunnerFleet
 
     fleet = settings.fleet_urls()
     if not ((fleet or settings.runner_url) and _runner_key(settings)):

@@ -34,7 +34,7 @@ class TimedOut(BackendUnavailable):
 
 
 @dataclass(frozen=True)
-class ToolResult:
+class InvokeResult:
     """What one InvokeCodeInterpreter call answered, its event stream read to the end."""
 
     content: list[dict[str, Any]]
@@ -90,7 +90,7 @@ class AgentCoreApi:
                 return
             token = {"nextToken": page["nextToken"]}
 
-    def invoke(self, session_id: str, tool: str, arguments: dict[str, Any]) -> ToolResult:
+    def invoke(self, session_id: str, tool: str, arguments: dict[str, Any]) -> InvokeResult:
         """Call one tool and read its whole event stream: an error event mid-stream is
         an error of the call, and a half-read stream would hold the connection."""
         content: list[dict[str, Any]] = []
@@ -107,7 +107,7 @@ class AgentCoreApi:
                 content += result.get("content", [])
                 structured |= result.get("structuredContent", {})
                 is_error = is_error or bool(result.get("isError"))
-        return ToolResult(content, structured, is_error)
+        return InvokeResult(content, structured, is_error)
 
 
 @contextlib.contextmanager

@@ -172,7 +172,7 @@ def reset_libc_signals() -> None:
 
 
 @dataclass
-class Sandbox:
+class Bubblewrap:
     """A bubblewrap sandbox under way (a collect.Started)."""
 
     proc: subprocess.Popen[bytes]
@@ -213,7 +213,7 @@ def sandbox(
     files: Mapping[str, bytes],
     cgroup: cgroups.RunCgroup,
     server: ServerTerms | None = None,
-) -> Iterator[Sandbox]:
+) -> Iterator[Bubblewrap]:
     """Start bwrap and put its sandbox into the run's cgroup before the program starts.
 
     bwrap makes the sandbox, reports its host pid on the info fd, then blocks on the
@@ -221,7 +221,7 @@ def sandbox(
     every process of the run is born inside it; a Popen'd process moved after the fact
     could have forked already. Closing the block fd unread would release the sandbox
     too, so on any failure the sandbox is killed first."""
-    started = Sandbox(*_launch(confinement, data_dir, argv, files, server))
+    started = Bubblewrap(*_launch(confinement, data_dir, argv, files, server))
     with started.proc:
         try:
             with open(started.info, "rb") as info_pipe:

@@ -23,7 +23,7 @@ _WATCH_SECONDS = 0.02
 
 
 class Started(Protocol):
-    """A run under way, as `finish` collects it: a bubblewrap sandbox (bwrap.Sandbox) or a run
+    """A run under way, as `finish` collects it: a bubblewrap sandbox (bwrap.Bubblewrap) or a run
     forked from a warm server (warm/ready.py)."""
 
     @property

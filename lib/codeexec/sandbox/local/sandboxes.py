@@ -88,7 +88,7 @@ class LocalConfig:
     sandbox_gid: int = 61000
     use_cgroups: bool = True  # where the host offers them; else rlimits alone hold
     image_bytes: int = 0  # the btrfs image made where SANDBOX_ROOT has none (0: from free space)
-    warm_python: int = 0  # runs made ahead from the interpreter with the libraries (warm.py)
+    warm_python: int = 0  # runs made ahead from the interpreter with the libraries (warm/)
     warm_sandboxes: int = 0  # runs made ahead from a bare interpreter, for any language
     warm_scientific: int = 0  # runs made ahead from the scientific interpreter (warm.KINDS)
     # How long a call waits for a session another holds: beyond the longest run.

@@ -57,7 +57,7 @@ def interpreters() -> dict[str, str]:
     return {lang: command for lang, command in found.items() if command}
 
 
-def run(
+def run_over(
     command: str, program: Program, tree: Tree, cap: int, cancelled: Callable[[], bool] | None
 ) -> tuple[RunResult, Tree]:
     """The program run over the session's files; its result, and the files it left."""

@@ -126,7 +126,7 @@ class MemorySandbox:
     def run(self, program: Program) -> RunResult:
         backend = self._backend
         with backend.running(program.run_key) as cancelled:
-            result, tree = runs.run(
+            result, tree = runs.run_over(
                 backend.commands[program.lang], program, self._session.tree, backend.config.max_output_bytes, cancelled
             )
         self._session.tree = tree

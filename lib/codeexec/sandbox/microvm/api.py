@@ -39,7 +39,7 @@ class MicrovmApi:
         except NoRegionError as exc:
             raise RuntimeError("SANDBOX_BACKEND=microvm needs a region: set AWS_REGION") from exc
 
-    def run(self, **request: Any) -> dict[str, Any]:
+    def launch(self, **request: Any) -> dict[str, Any]:
         with _mapped("RunMicrovm"):
             return self.client.run_microvm(**request)  # type: ignore[no-any-return]
 

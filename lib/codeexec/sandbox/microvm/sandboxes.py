@@ -56,7 +56,7 @@ from ..port import (
     Sandboxes,
     SendTo,
 )
-from ..runner import RunnerClient, RunnerPort, call_seconds
+from ..remote import RunnerClient, RunnerPort, call_seconds
 from . import vm_ids
 from .api import TOKEN_MINUTES, MicrovmApi
 
@@ -245,7 +245,7 @@ class MicrovmSandboxes(Sandboxes):
     def _launch(self) -> str:
         """A new VM, its key given by its run hook; its session id once it runs. A VM that
         stops on the way, or takes too long, is ended and the caller told to retry."""
-        started = self.api.run(**self._request())
+        started = self.api.launch(**self._request())
         vm_id = started["microvmId"]
         try:
             session_id = vm_ids.session_of(vm_id)

@@ -250,7 +250,7 @@ def meanwhile(run_came: Callable[[], bool]) -> None:
             return  # a kernel before 5.14
 
 
-def run(source: str, args: list[str]) -> None:
+def run_program(source: str, args: list[str]) -> None:
     """The program, as `python3 -s source args...` would run it (in /mnt/data)."""
     sys.argv = [source, *args]
     sys.path[0] = os.path.dirname(source)
@@ -288,7 +288,7 @@ def exit_code(source: str, args: list[str]) -> int:
     and matplotlib loaded, would take a quarter of a second and change nothing. (Its
     generators were reseeded ahead.)"""
     try:
-        run(source, args)
+        run_program(source, args)
         code: object = 0
     except SystemExit as stop:
         code = stop.code

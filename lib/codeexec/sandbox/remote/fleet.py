@@ -96,7 +96,7 @@ class FleetConfig:
         return httpx.Timeout(protocol.SILENT_SECONDS, connect=self.connect_seconds, write=10.0, pool=longest)
 
 
-class Runner:
+class FleetMember:
     """One runner of the fleet as this replica sees it: its port, whether it answers, and
     the load it last reported."""
 
@@ -193,7 +193,7 @@ class RunnerFleet(Sandboxes):
 
     def __init__(self, config: FleetConfig) -> None:
         self.routed = config.routed
-        self.runners = [Runner(i, url, config) for i, url in enumerate(config.urls)]
+        self.runners = [FleetMember(i, url, config) for i, url in enumerate(config.urls)]
         self._stop = threading.Event()
         for runner in self.runners:
             runner.ask()
@@ -229,7 +229,7 @@ class RunnerFleet(Sandboxes):
     def reports(self) -> list[HostReport]:
         """Each runner's, asked of all at once; one that does not answer is told by its load."""
         with ThreadPoolExecutor(max_workers=len(self.runners), thread_name_prefix="report") as asking:
-            return list(asking.map(Runner.report, self.runners))
+            return list(asking.map(FleetMember.report, self.runners))
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         runners = [{"index": r.index, "up": r.up} for r in self.runners]
@@ -240,7 +240,7 @@ class RunnerFleet(Sandboxes):
 
     # -- where a session is ---------------------------------------------------------------
 
-    def _of(self, session_id: str) -> Runner:
+    def _of(self, session_id: str) -> FleetMember:
         """The runner a session's id names; not found when it names none of the fleet."""
         if not ids.is_session_id(session_id):
             raise SessionNotFound()
@@ -251,16 +251,16 @@ class RunnerFleet(Sandboxes):
             raise SessionNotFound()
         return self.runners[index]
 
-    def _new(self) -> Runner:
+    def _new(self) -> FleetMember:
         """A runner for a new session: the lighter of two that answer, picked at random."""
         up = [r for r in self.runners if r.up]
         if not up:
             raise BackendUnavailable("no sandbox runner answers; try again later", retry_after=RETRY_AFTER_SECONDS)
-        chosen = min(random.sample(up, min(2, len(up))), key=Runner.load)
+        chosen = min(random.sample(up, min(2, len(up))), key=FleetMember.load)
         chosen.placed += 1
         return chosen
 
-    def _hinted(self, named: str) -> tuple[Runner, str]:
+    def _hinted(self, named: str) -> tuple[FleetMember, str]:
         """A stateful hint's runner, by rendezvous hashing over every configured runner,
         and its session's id marked for it."""
         if not self.routed:
@@ -268,7 +268,7 @@ class RunnerFleet(Sandboxes):
         chosen = max(self.runners, key=lambda r: hashlib.sha256(f"{r.index}\0{named[1:]}".encode()).digest())
         return chosen, ids.on_runner(named, chosen.index)
 
-    def _placed(self, placement: Placement) -> Iterator[tuple[Runner, Placement]]:
+    def _placed(self, placement: Placement) -> Iterator[tuple[FleetMember, Placement]]:
         """Where a placement may land, in order: its named session's runner; else each
         runner holding candidates, with those; else, when it may, a new session's. Each with
         what its owner holds on the other runners, where it has a quota."""
@@ -287,7 +287,7 @@ class RunnerFleet(Sandboxes):
             runner = self._new()
             yield runner, self._elsewhere(runner, replace(placement, candidates=()))
 
-    def _elsewhere(self, target: Runner, placement: Placement) -> Placement:
+    def _elsewhere(self, target: FleetMember, placement: Placement) -> Placement:
         quota = placement.quota
         if quota is None:
             return placement
@@ -335,7 +335,7 @@ class RunnerFleet(Sandboxes):
         with self._of(session_id).calling() as port:
             return port.read_record(session_id, access, key)
 
-    def _carried(self, target: Runner, access: Access, inputs: tuple[Input, ...]) -> Iterator[Carried]:
+    def _carried(self, target: FleetMember, access: Access, inputs: tuple[Input, ...]) -> Iterator[Carried]:
         """The inputs that live on other runners, read from each in one request as the run
         pulls them. A runner that does not answer carries none: the run says which inputs
         it could not have, as for any input not found."""
@@ -371,7 +371,7 @@ class RunnerFleet(Sandboxes):
         return iter(())  # each runner reaps its own sessions
 
 
-def _watch(fleet: weakref.ref[RunnerFleet], runner: Runner, stop: threading.Event, quotas: bool) -> None:
+def _watch(fleet: weakref.ref[RunnerFleet], runner: FleetMember, stop: threading.Event, quotas: bool) -> None:
     """Ask a runner's /health every interval, and its usage every USAGE_SECONDS where there
     are quotas, as long as its fleet is in use."""
     usage_due = 0.0

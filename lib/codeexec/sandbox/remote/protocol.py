@@ -2,7 +2,7 @@
 below), their types as JSON, streamed files as frames, and errors as statuses.
 
 Both ends import this module, the runner (`codeexec.runner.app`, which serves each route
-of the table) and the `runner` backend (`codeexec.sandbox.runner`, which addresses each
+of the table) and the `runner` backend (`codeexec.sandbox.remote`, which addresses each
 by it), so a route and a shape are written once. Nothing here knows HTTP beyond the
 header names.
 
