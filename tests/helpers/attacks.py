@@ -1,4 +1,4 @@
-"""What the attack suites (tests/test_attack_*.py) share: the limits they attack under, a
+"""What the attack suites (tests/attacks/test_attack_*.py) share: the limits they attack under, a
 host user that is neither root nor the sandbox's, and the check that after an attack the
 service still serves."""
 
@@ -19,6 +19,18 @@ HOST_USER = 4321  # a host user that is neither root nor the sandbox's uid, and 
 PROMPT = 10.0  # seconds: what "answers promptly" allows on a busy 2-core machine
 KEY = {"X-API-Key": API_KEY}
 # Limits small enough to reach quickly.
+# Limits small enough to hit quickly: what the suites that hit limits and attack runs
+# (test_limits.py, test_security.py) run under, in one place.
+SMALL_LIMITS = {
+    "run_timeout_seconds": 3,
+    "run_cpu_seconds": 1,
+    "run_memory_bytes": 96 << 20,
+    "run_max_processes": 24,
+    "max_output_bytes": 10_000,
+    "max_file_bytes": 1 << 20,
+    "max_session_bytes": 4 << 20,
+    "max_files_per_run": 3,
+}
 LIMITS = {
     "run_timeout_seconds": 10,
     "max_session_bytes": 8 << 20,

@@ -1,5 +1,5 @@
 """The Helm chart (deploy/helm/codeexec) rendered without a cluster, and what the chart's
-tests read of the objects: tests/test_helm.py and tests/test_monitoring.py.
+tests read of the objects: tests/deploy/test_helm.py and tests/deploy/test_monitoring.py.
 
 helm comes from `make helm-tools` (.tools/bin), which `make test` reaches.
 """

@@ -43,7 +43,7 @@ SECCOMP = ROOT / "deploy" / "runner-seccomp.json"
 # What a runner and its runs read; everything else of the machine stays out of sight.
 _HOST_DIRS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt/sandbox", "/var/cache/codeexec")
 PROFILE = os.environ.get("CODEEXEC_TEST_CONTAINER_PROFILE", "swarm")
-# The chart's profiles/baseline.yaml adds exactly these (tests/test_helm.py checks it).
+# The chart's profiles/baseline.yaml adds exactly these (tests/deploy/test_helm.py checks it).
 BASELINE_CAPABILITIES = ("SETUID", "SETGID", "CHOWN", "FOWNER", "DAC_OVERRIDE", "KILL")
 GRANTS = {
     "swarm": ("--cap-add", "SYS_ADMIN"),

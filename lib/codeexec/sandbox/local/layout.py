@@ -62,7 +62,7 @@ _ENV = {
     # import (a helper.py an earlier run wrote), and a json.py or sitecustomize.py among
     # its files shadows nothing. The locked set comes before the standard library, as any
     # --target install does; none of its top-level names is a standard module's
-    # (tests/test_environment.py).
+    # (tests/api/test_environment.py).
     "PYTHONPATH": f"{CODE_DIR}/.site:{PYTHON_LIBS}",
     "PYTHONNOUSERSITE": "1",  # as `-s`, for a `python` a script starts
     # Where numba may write its cache, and finds the kernels compiled at install (run_site.py).
