@@ -109,8 +109,15 @@ def test_the_markers_table_is_pytests_markers() -> None:
     pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     declared = {marker.split(":")[0] for marker in pytest_options["markers"]}
     rows = _tables((ROOT / "docs/contributing.md").read_text())
-    table = {row[0].strip("`") for row in rows if row[0].count("`") == 2}
+    table = {row[0].strip("`") for row in rows if re.fullmatch(r"`[a-z]+`", row[0])}
     assert table == declared
+
+
+def test_the_folders_table_is_the_tests_folders() -> None:
+    rows = _tables((ROOT / "docs/contributing.md").read_text())
+    table = {row[0].strip("`") for row in rows if re.fullmatch(r"`tests/\w+/`", row[0])}
+    folders = {f"tests/{test.parent.name}/" for test in (ROOT / "tests").glob("*/test_*.py")}
+    assert table == folders
 
 
 def test_one_node_everywhere() -> None:
