@@ -123,7 +123,8 @@ def python312_bin() -> Path | None:
 def test_sam_validates_and_builds_a_bundle(tmp_path: Path) -> None:
     sam = str(SAM) if SAM.exists() else "sam"
     python312 = python312_bin()
-    assert python312, "sam build for python3.12 needs a python3.12 on the PATH (pyenv install 3.12, docs/aws.md)"
+    if python312 is None:  # root's pyenv has one here; a user of the light tier may have none
+        pytest.skip("sam build for python3.12 needs a python3.12 on the PATH (pyenv install 3.12, docs/aws.md)")
     env = {**os.environ, "SAM_CLI_TELEMETRY": "0", "PATH": f"{python312}:{os.environ['PATH']}"}
     for args in (["validate", "--lint"], ["build", "--build-dir", str(tmp_path / "build")]):
         done = subprocess.run([sam, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
