@@ -57,7 +57,12 @@ CODEEXEC_TEST_BACKEND = os.environ.get("CODEEXEC_TEST_BACKEND", "local")
 WARM_PYTHON = int(os.environ.get("CODEEXEC_TEST_WARM", "0"))
 # Every Settings() a test makes, and every service it starts, keeps as many: a pool no
 # fixture closes would keep its interpreters (about 150 MB each) to the end of the session.
-os.environ["WARM_PYTHON"] = os.environ["WARM_SANDBOXES"] = os.environ["WARM_SCIENTIFIC"] = str(WARM_PYTHON)
+# Not of the scientific server, whatever the run: its start (SciPy, scikit-learn,
+# statsmodels, plotly) took four of the six seconds each test of the warm run waited, and
+# backends/test_warm_scientific.py runs it (a run wanting its libraries forks from the py
+# server meanwhile, and imports them itself).
+os.environ["WARM_PYTHON"] = os.environ["WARM_SANDBOXES"] = str(WARM_PYTHON)
+os.environ["WARM_SCIENTIFIC"] = "0"
 
 
 # One btrfs filesystem for every test's sandbox root (the local backend's storage needs
@@ -123,7 +128,7 @@ def base_settings(**changes: Any) -> Settings:
 @pytest.fixture
 def settings(sandbox_root: Path) -> Settings:
     return base_settings(
-        sandbox_root=sandbox_root, warm_python=WARM_PYTHON, warm_sandboxes=WARM_PYTHON, warm_scientific=WARM_PYTHON
+        sandbox_root=sandbox_root, warm_python=WARM_PYTHON, warm_sandboxes=WARM_PYTHON, warm_scientific=0
     )
 
 
