@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr, ValidationError
 
 from codeexec import ids
@@ -185,6 +186,32 @@ def test_a_runner_that_stops_is_a_quick_503_and_comes_back_with_its_files(
         assert time.monotonic() < deadline, "the runner's sessions did not come back"
         time.sleep(0.2)
     assert client.get(f"/v1/download/{gone}/a.txt").content == b"a"
+
+
+def test_a_runners_calls_and_how_soon_its_fall_was_noticed_are_metrics(
+    settings: Settings, fleet: Fleet, services: Services
+) -> None:
+    """An operator sees a runner's failing calls before the 503s pile up, and how long the
+    service went on sending to a runner already gone."""
+    service = services(fleet_settings(settings, fleet.urls))
+    client = TestClient(create_app(service), headers=CALLER)
+    session = session_on_runner(client, 1, b"a")
+    fleet.stop(1)
+    assert client.get(f"/v1/files/{session}").status_code == 503  # this call finds it gone
+    assert client.get(f"/v1/files/{session}").status_code == 503  # this one is not sent
+    assert service.telemetry.metrics is not None
+    exposition = service.telemetry.metrics.exposition().decode()
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+    }
+    calls = "codeexec_runner_calls_total"
+    assert samples[(calls, (("result", "answered"), ("runner", "1")))] >= 1  # the upload
+    assert samples[(calls, (("result", "failed"), ("runner", "1")))] == 1
+    noticed = samples[("codeexec_runner_down_noticed_seconds", (("runner", "1"),))]
+    assert 0 <= noticed < 5, noticed  # since its last answer: the upload, or its last /health
+    assert ("codeexec_runner_down_noticed_seconds", (("runner", "2"),)) not in samples  # never went down
 
 
 def test_a_call_that_falls_silent_fails_alone(

@@ -376,6 +376,12 @@ class HostLoad:
     bytes_used: int = 0  # of its sessions' disk
     bytes_limit: int = 0  # that disk's size
     pools: Mapping[str, PoolLoad] = field(default_factory=dict)
+    # A fleet's runner as the service sees it: the calls to it that were answered, those
+    # that failed (no connection, cut, silent), and how long after it last heard from it it
+    # noticed the runner down, the last time it did. None where no wire is between them.
+    calls_answered: int | None = None
+    calls_failed: int = 0
+    noticed_down_seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -134,8 +134,23 @@ class _Hosts(Collector):
             "codeexec_warm_runs", "runs that wanted a warm server: a hit was served by one, a miss ran cold",
             labels=["runner", "kind", "result"],
         )  # fmt: skip
+        calls = CounterMetricFamily(
+            "codeexec_runner_calls",
+            "calls the service made to a fleet's runner, by result (failed: no connection, cut, silent)",
+            labels=["runner", "result"],
+        )
+        noticed = GaugeMetricFamily(
+            "codeexec_runner_down_noticed_seconds",
+            "from the last answer of a fleet's runner to the service marking it down, the last time it went down",
+            labels=runner,
+        )
         for host in hosts:
             name = host.name
+            if host.calls_answered is not None:
+                calls.add_metric([name, "answered"], host.calls_answered)
+                calls.add_metric([name, "failed"], host.calls_failed)
+            if host.noticed_down_seconds is not None:
+                noticed.add_metric([name], host.noticed_down_seconds)
             up.add_metric([name], float(host.state == "up"))
             for each in ("up", "down", "refused"):
                 state.add_metric([name, each], float(host.state == each))
@@ -147,7 +162,7 @@ class _Hosts(Collector):
                 ready.add_metric([name, kind], pool.ready)
                 taken.add_metric([name, kind, "hit"], pool.hits)
                 taken.add_metric([name, kind, "miss"], pool.misses)
-        yield from (up, state, runs, sessions, used, limit, ready, taken)
+        yield from (up, state, runs, sessions, used, limit, ready, taken, calls, noticed)
 
     def describe(self) -> Iterable[Metric]:
         return []  # read at scrape time: no fixed set of series to declare ahead

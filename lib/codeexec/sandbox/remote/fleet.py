@@ -67,7 +67,7 @@ from ..port import (
     SendTo,
 )
 from . import protocol
-from .client import Refused, RunnerClient
+from .client import Refused, RunnerClient, Unreachable
 from .sandboxes import RunnerPort, call_seconds
 
 log = logging.getLogger("codeexec.runner.fleet")
@@ -110,6 +110,9 @@ class FleetMember:
         self.placed = 0  # sessions this replica placed on it since its last /health
         self.held: dict[str, int] = {}  # bytes by owner digest, as of its usage pass `_usage_since`
         self._usage_epoch, self._usage_since = "", 0
+        self.answered = self.failed = 0  # calls, as they ended
+        self.noticed_down: float | None = None  # seconds from the last word of it to its marking down
+        self._heard = time.monotonic()  # when it last answered
         self._lock = threading.Lock()
 
     def ask(self) -> None:
@@ -125,7 +128,7 @@ class FleetMember:
             self._down(f"says it is runner {health.get('index')} (RUNNER_INDEX), not {self.index}", error=True)
             return
         with self._lock:
-            self.told, self.placed = health, 0
+            self.told, self.placed, self._heard = health, 0, time.monotonic()
             if not self.up:
                 log.info("sandbox runner %d at %s answers", self.index, self.url)
             self.up = True
@@ -134,6 +137,8 @@ class FleetMember:
         with self._lock:
             if self.up or error:
                 (log.error if error else log.warning)("sandbox runner %d at %s %s", self.index, self.url, why)
+            if self.up:
+                self.noticed_down = time.monotonic() - self._heard
             self.up = False
 
     def ask_usage(self) -> None:
@@ -153,7 +158,8 @@ class FleetMember:
         pools = {kind: PoolLoad(**pool) for kind, pool in told.get("pools", {}).items()}
         state = "up" if self.up else "refused" if self.refused else "down"
         return HostLoad(str(self.index), state, int(told.get("runs", 0)), int(told.get("sessions", 0)),
-                        int(told.get("bytes_used", 0)), int(told.get("bytes_limit", 0)), pools)  # fmt: skip
+                        int(told.get("bytes_used", 0)), int(told.get("bytes_limit", 0)), pools,
+                        self.answered, self.failed, self.noticed_down)  # fmt: skip
 
     def report(self) -> HostReport:
         if self.up:
@@ -178,11 +184,25 @@ class FleetMember:
         try:
             yield self.port
         except Refused:
+            self._ended(failed=True)
             self._down("takes no connection")
             raise
-        finally:
-            with self._lock:
-                self.sent -= 1
+        except Unreachable:  # cut or silent: this call fails alone
+            self._ended(failed=True)
+            raise
+        except BaseException:  # the runner answered, with an error of the call's own
+            self._ended(failed=False)
+            raise
+        self._ended(failed=False)
+
+    def _ended(self, *, failed: bool) -> None:
+        with self._lock:
+            self.sent -= 1
+            if failed:
+                self.failed += 1
+            else:
+                self.answered += 1
+                self._heard = time.monotonic()
 
 
 class RunnerFleet(Sandboxes):
