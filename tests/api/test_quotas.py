@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from codeexec.api.app import create_app
 from codeexec.api.service import Service
 from codeexec.runner.app import Runner
-from codeexec.sandbox.local import LocalSandboxes
+from codeexec.sandbox.local import LocalSandboxes, usage
 from codeexec.sandbox.remote import fleet
 from codeexec.service_keys import key_hash
 from codeexec.settings import Settings
@@ -139,3 +139,35 @@ def usage_requests(runner: Runner) -> float:
         for sample in family.samples
         if sample.name == "codeexec_requests_total" and sample.labels["route"] == "/usage"
     )
+
+
+def test_the_usage_index_forgets_owners_who_left_and_tells_a_late_asker_everything(
+    settings: Settings, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host sees users come and go for months: what it remembers of who changed is bounded
+    by who holds something now. A fleet's service asking within the window hears that a gone
+    user holds 0; one asking from before it is told the whole (and so drops the gone user)."""
+    monkeypatch.setattr(usage, "REMEMBERED_PASSES", 2)
+    service, client = quota_service(services, settings)
+    assert isinstance(service.sandboxes, LocalSandboxes)
+    index = service.sandboxes.usage
+    ended = []
+    for user in range(6):
+        ended.append(upload(client, f"passing-{user}", "a.bin", 64 << 10)["session_id"])
+        index.refresh()
+    kept = upload(client, "staying", "a.bin", 64 << 10)["session_id"]
+    index.refresh()
+    asked_at = index.generation
+    for session in ended:
+        service.sandboxes.end(session)
+    index.refresh()
+    soon = index.changes(index.epoch, asked_at)
+    gone = [digest for digest, size in soon["bytes"].items() if size == 0]
+    assert not soon["whole"] and len(gone) == 6  # (and their organization's, which "staying" shares)
+    for _ in range(3):  # the window passes while "staying" keeps writing
+        upload(client, "staying", "b.bin", 4096, session=kept)
+        index.refresh()
+    late = index.changes(index.epoch, asked_at)
+    assert late["whole"] and set(late["bytes"]) == set(index.now.bytes_by_digest())
+    assert not set(gone) & set(late["bytes"])
+    assert len(index._changed) <= len(index.now.bytes_by_digest()) + 1  # who holds now, and at most the last pass's

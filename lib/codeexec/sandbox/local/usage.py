@@ -30,6 +30,11 @@ log = logging.getLogger("codeexec.usage")
 
 REFRESH_SECONDS = 5.0
 TOP = 20  # owners told to the console, by bytes and by sessions each
+# How long a change to an owner who now holds nothing is remembered, in passes (an hour at
+# the default pace): a fleet's service asks every few seconds, and one that asks from
+# further back is told everything, so what the index remembers is bounded by who holds
+# something now, not by every owner it ever saw.
+REMEMBERED_PASSES = 720
 
 @dataclass(frozen=True)
 class Held:
@@ -84,6 +89,7 @@ class UsageIndex:
         self.epoch = os.urandom(8).hex()
         self.generation = 0
         self._changed: dict[str, int] = {}
+        self._forgotten = 0  # the newest pass whose changes are no longer all remembered
         self._lock = threading.Lock()
 
     def start(self) -> None:
@@ -124,12 +130,22 @@ class UsageIndex:
                 self.generation += 1
                 self._changed.update(dict.fromkeys(changed, self.generation))
             self.now = made
+            self._forget(after)
+
+    def _forget(self, held: dict[str, int]) -> None:
+        """Drop the changes to owners who hold nothing now, once they are older than
+        REMEMBERED_PASSES (under the lock)."""
+        horizon = self.generation - REMEMBERED_PASSES
+        old = [d for d, g in self._changed.items() if g <= horizon and d not in held]
+        for digest in old:
+            self._forgotten = max(self._forgotten, self._changed.pop(digest))
 
     def changes(self, epoch: str, since: int) -> dict[str, Any]:
         """The owners whose bytes changed after pass `since` of process `epoch` (all of them
-        when that is not this process's), by digest; 0 for one that holds nothing now."""
+        when that is not this process's, or `since` is older than what it remembers), by
+        digest; 0 for one that holds nothing now."""
         with self._lock:
-            whole = epoch != self.epoch
+            whole = epoch != self.epoch or since < self._forgotten
             held = self.now.bytes_by_digest()
             changed = held.keys() if whole else {d for d, g in self._changed.items() if g > since}
             return {"epoch": self.epoch, "generation": self.generation, "whole": whole,
