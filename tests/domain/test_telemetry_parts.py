@@ -11,7 +11,7 @@ import pytest
 
 from codeexec.sandbox.port import Limit, LimitHit, OwnerTag, RunResult
 from codeexec.service_keys import key_hash, parse
-from codeexec.telemetry.calls import Call, Ran, outcome, request_id
+from codeexec.telemetry.calls import STDERR_HEAD_CHARS, Call, Ran, outcome, request_id, stderr_head
 from codeexec.telemetry.history import BOUNDS, History, percentile
 
 
@@ -47,6 +47,21 @@ def called(history: History, seconds: float, result: str = "ok", user: str = "u"
     run = Ran("py", result, seconds, "warm", "Traceback (most recent call last):" if result != "ok" else "")
     history.called(Call("id", "POST", route="/v1/exec", status=status, key="default",
                         owner=OwnerTag("org", user), run=run))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stderr", "shown"),
+    [
+        ("Traceback (most recent call last):\n  File \"<string>\", line 1\nZeroDivisionError: division by zero\n",
+         "ZeroDivisionError: division by zero"),
+        ("\nError: Cannot find module 'left-pad'\n    at Module._resolve\n", "Error: Cannot find module 'left-pad'"),
+        ("main.go:3:1: syntax error\n", "main.go:3:1: syntax error"),
+        ("  \n", ""),
+        ("x" * 1000, "x" * STDERR_HEAD_CHARS),
+    ],
+)
+def test_the_console_shows_the_stderr_line_that_says_what_went_wrong(stderr: str, shown: str) -> None:
+    assert stderr_head(stderr) == shown
 
 
 def test_an_hour_keeps_each_minute_and_forgets_what_is_older() -> None:

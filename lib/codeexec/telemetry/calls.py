@@ -29,8 +29,9 @@ REQUEST_ID_HEADER = "X-Request-Id"
 # What a proxy's id looks like (nginx's 32 hex digits, a UUID, AWS's Root=1-...): anything
 # else, too long or with a control character, is replaced, never echoed or logged.
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:;=+/-]{1,128}")
-# How much of a failed run's stderr the console shows: its first line, cut.
+# How much of a failed run's stderr the console shows: the line that says what went wrong, cut.
 STDERR_HEAD_CHARS = 200
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 def request_id(given: str | None) -> str:
@@ -133,9 +134,18 @@ def note_run(lang: str, result: RunResult, seconds: float) -> None:
     head = ""
     kind = outcome(result)
     if kind != "ok":
-        head = next((line for line in result.stderr.splitlines() if line.strip()), "")[:STDERR_HEAD_CHARS]
+        head = stderr_head(result.stderr)
     start = "remote" if result.warm is None else ("warm" if result.warm else "cold")
     call.run = Ran(lang, kind, result.seconds if result.seconds is not None else seconds, start, head)
+
+
+def stderr_head(stderr: str) -> str:
+    """Its first line; but a Python traceback's first line is its header, and the error is
+    its last line, so an operator reading the console sees `ZeroDivisionError: ...`."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return (lines[-1] if lines[0].startswith(_TRACEBACK) else lines[0])[:STDERR_HEAD_CHARS]
 
 
 def note_refused(reason: str) -> None:
