@@ -589,6 +589,23 @@ def test_say_what_you_cannot_do_and_a_lease_is_read_untouched(
         sandboxes.lease(NOBODY)
 
 
+def test_say_what_you_cannot_do_and_a_run_says_how_it_started_where_it_can(
+    backend: Backend, service: Service, client: TestClient
+) -> None:
+    """The run metrics' `start` label: warm or cold, and `remote` only where the backend
+    cannot know (AgentCore's interpreter is AWS's)."""
+    assert run(client, "print(1)")["stdout"] == "1\n"
+    metrics = service.telemetry.metrics
+    assert metrics is not None
+    starts = {
+        sample.labels["start"]
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == "codeexec_run_seconds_count" and sample.value
+    }
+    assert starts == {"remote"} if backend.name == "agentcore" else len(starts) == 1 and starts < {"warm", "cold"}
+
+
 # -- the API, the same on every backend ------------------------------------------------------
 
 

@@ -72,7 +72,8 @@ def run_over(
         started = time.perf_counter()
         with _Process([command, str(source), *program.args], data, env) as process:
             result = collect.collect(process, program.timeout, cap, cancelled).result()
-        return replace(result, seconds=time.perf_counter() - started), _read_back(data)
+        # A process of its own each time: cold, as the run metrics' `start` says.
+        return replace(result, warm=False, seconds=time.perf_counter() - started), _read_back(data)
 
 
 def _write_out(tree: Tree, data: Path) -> None:
