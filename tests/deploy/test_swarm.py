@@ -9,13 +9,14 @@ Everything is taken down again, the engines included."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -184,12 +185,20 @@ def test_a_stopped_node_fails_its_sessions_alone_and_brings_them_back(deployed: 
     session, token = sessions[victim]
     deadline = time.monotonic() + 240
     for base in bases:  # each replica sees it back on its own health clock
-        while (back := files(base, session)).status_code != 200:
-            assert back.status_code == 503 and time.monotonic() < deadline, back.text
-            time.sleep(2)
-    assert [f["path"] for f in back.json()] == ["note.txt"], back.json()
+        back = _until_not_503(functools.partial(files, base, session), deadline)
+        assert [f["path"] for f in back.json()] == ["note.txt"], back.json()
     read = httpx.post(
         f"{bases[1]}/exec", headers=headers, timeout=60,
         json={"lang": "py", "code": "print(open('/mnt/data/note.txt').read())", "session_id": session},
     )  # fmt: skip
     assert read.status_code == 200 and read.json()["stdout"] == f"{token}\n", read.text
+
+
+def _until_not_503(call: Callable[[], httpx.Response], deadline: float) -> httpx.Response:
+    """The call's first answer that is not a 503 (what a runner's session is while its node is
+    down), asked every 2 s until the deadline."""
+    while (answer := call()).status_code == 503:
+        assert time.monotonic() < deadline, answer.text
+        time.sleep(2)
+    assert answer.status_code == 200, answer.text
+    return answer
