@@ -20,6 +20,8 @@ BRIDGE_IP=172.30.99.1  # dockerd.sh's bridge: the host, as the functions see it
 SAM=("$ROOT/.venv-sam/bin/sam")
 export SAM_CLI_TELEMETRY=0
 RUN=$(mktemp -d /tmp/cxsam-XXXXXX)  # short: containerd's socket paths hold 108 bytes
+# Our engine's, from the start: a stop before it answers must not reach the host's own Docker.
+export DOCKER_HOST=unix://$RUN/docker.sock
 runner="" sam=""
 
 # Asks a process to end with a signal, and kills it if it has not within the seconds given:
@@ -33,21 +35,29 @@ end() {  # pid signal seconds
 }
 
 stop() {
-  trap - EXIT INT TERM
-  # sam removes its warm containers on an interrupt; then the runner, then the engine with
-  # whatever container is left.
+  # Once stopping, a second Ctrl-C or a TERM must not cut it short: what it would leave (the
+  # engine, the runner) holds the data root and ports the next start needs.
+  trap - EXIT
+  trap '' INT TERM
+  # The functions' warm containers go first, killed: on an interrupt sam stops them one at a
+  # time, each given Docker's 10 s to end on SIGTERM, which the emulator in them does not
+  # heed, and under load that outlasted a minute. Then sam, the runner, and the engine.
+  remove_containers
   [ -z "$sam" ] || end "$sam" INT 30
   [ -z "$runner" ] || end "$runner" TERM 30
-  left=$(docker ps -aq 2>/dev/null || true)
-  [ -z "$left" ] || docker rm -f $left >/dev/null 2>&1 || true
+  remove_containers
   "$HERE/dockerd.sh" stop "$RUN" >/dev/null 2>&1 || true
   rm -rf "$RUN"
+}
+
+remove_containers() {
+  left=$(docker ps -aq 2>/dev/null || true)
+  [ -z "$left" ] || docker rm -f $left >/dev/null 2>&1 || true
 }
 trap stop EXIT
 trap 'exit 130' INT TERM
 
 "$HERE/dockerd.sh" start "$RUN" >/dev/null
-export DOCKER_HOST=unix://$RUN/docker.sock
 PYTHON312_PREFIX=$("$HERE/python312.sh")
 export PYTHON312_PREFIX
 "$HERE/base-image.sh" "$ARCH"
