@@ -39,20 +39,14 @@ stop() {
   # engine, the runner) holds the data root and ports the next start needs.
   trap - EXIT
   trap '' INT TERM
-  # The functions' warm containers go first, killed: on an interrupt sam stops them one at a
-  # time, each given Docker's 10 s to end on SIGTERM, which the emulator in them does not
-  # heed, and under load that outlasted a minute. Then sam, the runner, and the engine.
-  remove_containers
+  # sam removes its warm containers on an interrupt; then the runner, then the engine with
+  # whatever container is left.
   [ -z "$sam" ] || end "$sam" INT 30
   [ -z "$runner" ] || end "$runner" TERM 30
-  remove_containers
-  "$HERE/dockerd.sh" stop "$RUN" >/dev/null 2>&1 || true
-  rm -rf "$RUN"
-}
-
-remove_containers() {
   left=$(docker ps -aq 2>/dev/null || true)
   [ -z "$left" ] || docker rm -f $left >/dev/null 2>&1 || true
+  "$HERE/dockerd.sh" stop "$RUN" >/dev/null 2>&1 || true
+  rm -rf "$RUN"
 }
 trap stop EXIT
 trap 'exit 130' INT TERM

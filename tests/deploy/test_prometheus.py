@@ -96,6 +96,9 @@ def test_prometheus_finds_the_runs_a_429_and_a_killed_runner(
     prometheus.wait('codeexec_rate_limited_total{job="service", route="/v1/upload", reason="full"} == 1')
     assert prometheus.value('sum(codeexec_requests_total{job="service", status="429"})') == 1
     prometheus.wait('count(codeexec_runner_up{job="service"} == 1) == 3')
+    # Every runner scraped once at least: CodeexecProcessDown is for a process that exported
+    # its metrics (the sums above would hold with runner 1 not yet scraped, under load).
+    prometheus.wait('count(codeexec_process_info{job="runners"}) == 3')
 
     fleet.kill(1)
     killed = time.time()  # both its listeners closed by now

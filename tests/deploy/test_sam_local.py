@@ -81,11 +81,12 @@ def sam_local(sandbox_root: Path, tmp_path: Path) -> Iterator[str]:
 
 
 def _stop(make: subprocess.Popen[bytes]) -> None:
-    """Ctrl-C, as at a terminal. In two fresh-clone CI runs (never alone, nor after the
-    suites before it) the interrupt went unanswered for minutes, and the engine left behind
-    held the data root every later Docker test needs: so a make still there a minute later
-    is asked again with SIGTERM (start.sh stops everything on either), and killed last."""
-    for asked, seconds in ((signal.SIGINT, 60), (signal.SIGTERM, 60)):
+    """Ctrl-C, as at a terminal; a make still there a minute later is asked again with
+    SIGTERM (start.sh stops everything on either), and killed last. Where this process was
+    started with SIGINT ignored (a job a script put in the background: `nohup make test &`),
+    make and start.sh inherit that and cannot take it back, so SIGTERM goes first."""
+    interruptible = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    for asked, seconds in ((signal.SIGINT, 60), (signal.SIGTERM, 60))[0 if interruptible else 1 :]:
         os.killpg(make.pid, asked)
         try:
             make.wait(timeout=seconds)
