@@ -198,8 +198,10 @@ def client(app: FastAPI) -> TestClient:
 
 @pytest.fixture
 def live_server(app: FastAPI) -> Iterator[str]:
-    """The app served by uvicorn on 127.0.0.1; yields the base URL ending in /v1."""
-    with serving(app) as url:
+    """The app served by uvicorn on 127.0.0.1; yields the base URL ending in /v1. Its
+    service stays the `services` fixture's: open for what runs after this server stops
+    (an autouse fixture's last check)."""
+    with serving(app, lifespan="off") as url:
         yield f"{url}/v1"
 
 

@@ -30,16 +30,19 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextlib.contextmanager
-def serving(app: Any, host: str = "127.0.0.1", port: int | None = None, certfile: str | None = None) -> Iterator[str]:
+def serving(
+    app: Any, host: str = "127.0.0.1", port: int | None = None, certfile: str | None = None, lifespan: str = "auto"
+) -> Iterator[str]:
     """Serve `app` until the block ends; yields its base URL (no trailing slash). With a
-    certificate file (its key, then its chain), over TLS."""
+    certificate file (its key, then its chain), over TLS. `lifespan="off"` where the app's
+    service belongs to someone else (its lifespan would close it as the server stops)."""
     port = port or free_port(host)
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS, ssl_certfile=certfile,
         http=HeaderDeadline,
         # A test's server stops with the test: a connection a client keeps open (a pooled one
         # of the backend under test) is not waited for more than a second.
-        timeout_graceful_shutdown=1,
+        timeout_graceful_shutdown=1, lifespan=lifespan,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
