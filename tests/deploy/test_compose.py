@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from ..docker_engine import docker_engine
-from ..helpers.contract import G2_CLIENTS, drive_g2_client
+from ..helpers.contract import G2_CLIENTS, assert_g2_round_trip, drive_g2_client
 from ..helpers.g2 import KID
 from ..helpers.tokens import Issuer
 from ..serving import free_port
@@ -214,11 +214,7 @@ def test_the_g2_client_runs_through_the_compose_set_up(service: Deployment, issu
     assert (G2_CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
     result = drive_g2_client(service.base, issuer)
     assert result["client"]["version"].startswith("3.9.")
-    first = result["first"]
-    assert first["threw"] is False, first["error"]
-    assert first["content"].startswith(f"stdout:\n{result['tokens']['stdout']}\n")
-    assert result["downloaded"][0]["status"] == 200
-    assert result["second"]["content"] == f"stdout:\n{result['tokens']['file']}"
+    assert_g2_round_trip(result)
 
 
 def test_a_run_in_the_runner_container_reaches_no_network(service: Deployment) -> None:

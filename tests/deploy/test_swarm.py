@@ -26,7 +26,7 @@ import pytest
 from codeexec.sandbox.local import btrfs
 
 from ..docker_engine import docker_engine
-from ..helpers.contract import G2_CLIENTS, drive_g2_client
+from ..helpers.contract import G2_CLIENTS, assert_g2_round_trip, drive_g2_client
 from ..helpers.g2 import KID
 from ..helpers.swarm import NODES, Swarm, node_ip, swarm
 from ..helpers.tokens import Issuer
@@ -135,12 +135,7 @@ def _remove_sessions(work: Path) -> None:
 def test_the_g2_client_runs_through_the_swarm(deployed: Deployment) -> None:
     assert (G2_CLIENTS / "node_modules").is_dir(), "run `make test` (it installs the npm client)"
     for base in deployed.bases.values():  # through each replica
-        result = drive_g2_client(base, deployed.issuer)
-        first = result["first"]
-        assert first["threw"] is False, first["error"]
-        assert first["content"].startswith(f"stdout:\n{result['tokens']['stdout']}\n")
-        assert result["downloaded"][0]["status"] == 200
-        assert result["second"]["content"] == f"stdout:\n{result['tokens']['file']}"
+        assert_g2_round_trip(drive_g2_client(base, deployed.issuer))
 
 
 def test_a_stopped_node_fails_its_sessions_alone_and_brings_them_back(deployed: Deployment) -> None:

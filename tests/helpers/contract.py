@@ -79,3 +79,12 @@ def drive_g2_client(base_url: str, issuer: Issuer, script: str = "g2_client.mjs"
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def assert_g2_round_trip(result: dict) -> None:
+    """What g2_client.mjs's run, download and second run through a deployment must show."""
+    first = result["first"]
+    assert first["threw"] is False, first["error"]
+    assert first["content"].startswith(f"stdout:\n{result['tokens']['stdout']}\n")
+    assert result["downloaded"][0]["status"] == 200
+    assert result["second"]["content"] == f"stdout:\n{result['tokens']['file']}"
